@@ -1,0 +1,54 @@
+"""The `gq` command: the typer app, and the one place where errors become exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+
+from gq.errors import ExitStatus, GqError
+
+app = typer.Typer(
+    name="gq", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
+    rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
+    help="gq: a batch queue for GPU clusters. `gq up` starts a personal cluster on this host.")
+
+
+def _register() -> None:
+    from gq.cli import cluster, jobs, submit
+    submit.register(app)
+    jobs.register(app)
+    cluster.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app and map every error to its ExitStatus with a one-line message."""
+    _register()
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="gq", standalone_mode=False)
+    except GqError as exc:
+        if os.environ.get("GQ_TRACEBACK"):
+            raise
+        print(f"gq: {exc}", file=sys.stderr)
+        return int(exc.exit_status)
+    except click.exceptions.Abort:
+        print("gq: aborted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return int(ExitStatus.USAGE)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `gq queue | head`
+        sys.stderr.close()
+        return 0
+    return int(result) if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Everything the CLI prints: tables (rich on a terminal, plain aligned text otherwise), JSON.
+
+Data goes to stdout, messages to stderr. Off a terminal nothing is truncated or coloured, so
+scripts can parse it; rich is imported only when a terminal will see it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gq.model import format_duration, format_size
+
+#: Version of the `--json` documents; bumped only when a field changes meaning or goes away.
+JSON_SCHEMA_VERSION = 1
+
+_STATE_SHORT = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F",
+                "CANCELLED": "CA", "TIMEOUT": "TO", "NODE_FAIL": "NF", "PREEMPTED": "PR"}
+
+
+def message(text: str) -> None:
+    print(f"gq: {text}", file=sys.stderr)
+
+
+def emit_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def _is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
+    if _is_tty() and not os.environ.get("GQ_PLAIN"):
+        from rich.console import Console
+        from rich.table import Table
+        t = Table(box=None, header_style="bold", pad_edge=False)
+        for h in headers:
+            t.add_column(h, no_wrap=True)
+        for row in cells:
+            t.add_row(*row)
+        Console(no_color=bool(os.environ.get("NO_COLOR"))).print(t)
+        return
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _iso_to_epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    import calendar
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def elapsed(job: dict[str, Any], now: float | None = None) -> str:
+    start = _iso_to_epoch(job.get("start_time"))
+    if start is None:
+        return "0:00"
+    end = _iso_to_epoch(job.get("end_time")) or (now or time.time())
+    return format_duration(max(1, int(end - start)))
+
+
+def queue_rows(jobs: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    headers = ["JOBID", "NAME", "USER", "QOS", "ST", "TIME", "TIME_LIMIT", "NODES", "GPUS",
+               "NODELIST(REASON)"]
+    rows = []
+    for j in jobs:
+        where = ",".join(j["node_list"]) if j["state"] == "RUNNING" else f"({j['reason'] or 'None'})"
+        if j["state"] not in ("PENDING", "RUNNING"):
+            where = ",".join(j["node_list"]) or "-"
+        rows.append([j["id"], j["name"], j["user"], j["qos"], _STATE_SHORT.get(j["state"], j["state"]),
+                     elapsed(j), format_duration(j["time_limit_s"]), j["nodes"],
+                     j["gpus_per_node"] * j["nodes"], where])
+    return headers, rows
+
+
+def show_job(job: dict[str, Any]) -> None:
+    """`scontrol show job` style: Key=Value pairs, a few to a line."""
+    fields = [
+        ("JobId", job["id"]), ("JobName", job["name"]), ("UserId", job["user"]),
+        ("QOS", job["qos"]), ("Priority", job["priority"]), ("JobState", job["state"]),
+        ("Reason", job["reason"] or "None"), ("ExitCode", job["exit_code"]),
+        ("RestartCnt", job.get("restart_count", 0)), ("RunTime", elapsed(job)),
+        ("TimeLimit", format_duration(job["time_limit_s"])),
+        ("SubmitTime", job["submit_time"]), ("StartTime", job["start_time"]),
+        ("EndTime", job["end_time"]), ("NumNodes", job["nodes"]),
+        ("GpusPerNode", job["gpus_per_node"]), ("GpuType", job["gpu_type"]),
+        ("GpuMem", format_size(job.get("gpu_mem"))), ("Cpus", job.get("cpus")),
+        ("Mem", format_size(job.get("mem"))), ("NodeList", ",".join(job["node_list"]) or None),
+        ("GpuIds", ";".join(f"{n}:{','.join(map(str, g))}" for n, g in job["gpu_ids"].items())
+         or None),
+        ("WorkDir", job.get("work_dir")), ("StdOut", job.get("stdout")),
+        ("StdErr", job.get("stderr")),
+    ]
+    line: list[str] = []
+    for key, value in fields:
+        line.append(f"{key}={'(null)' if value is None else value}")
+        if len(line) == 4:
+            print("   " + " ".join(line))
+            line = []
+    if line:
+        print("   " + " ".join(line))
+
+
+def node_rows(nodes: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    headers = ["NODE", "STATE", "GPU", "TYPE", "VRAM", "UTIL", "USED", "TEMP", "JOB", "REASON"]
+    rows: list[list[Any]] = []
+    for n in nodes:
+        if not n["gpus"]:
+            rows.append([n["name"], n["state"], "-", "-", "-", "-", "-", "-", "-", n["reason"]])
+        for g in n["gpus"]:
+            rows.append([n["name"], n["state"], g["index"], g["type"], format_size(g["memory"]),
+                         f"{g['util']}%" if "util" in g else "-",
+                         format_size(g.get("mem_used")) if g.get("mem_used") else "-",
+                         f"{g['temp']}C" if "temp" in g else "-",
+                         g.get("job") or "-", n["reason"]])
+    return headers, rows

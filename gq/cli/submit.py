@@ -1,0 +1,155 @@
+"""`gq submit`: options, `#GQ`/`#SBATCH` directives, the job spec, and `--wait`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+import typer
+
+from gq.cli import render
+from gq.cli.directives import directive_lines, translate_slurm
+from gq.errors import UsageError
+from gq.model import JobSpec, parse_duration, parse_size
+
+#: Options whose value directives may supply; the command line wins over both kinds of line.
+_MERGEABLE = ("gpus", "nodes", "gpu_type", "gpu_mem", "cpus", "mem", "time", "qos", "name",
+              "output", "error", "chdir", "export", "no_requeue")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
+
+
+def submit(
+    ctx: typer.Context,
+    script: Optional[str] = typer.Argument(None, help="batch script ('-' reads stdin)"),
+    args: Optional[list[str]] = typer.Argument(None, help="arguments passed to the script"),
+    wrap: Optional[str] = typer.Option(None, "--wrap", help="run this shell command instead of a script"),
+    gpus: int = typer.Option(1, "-g", "--gpus", help="GPUs per node"),
+    nodes: int = typer.Option(1, "-N", "--nodes", help="nodes, started together (gang)"),
+    gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="GPU model, e.g. h100"),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="minimum VRAM per GPU, e.g. 40G"),
+    cpus: int = typer.Option(0, "-c", "--cpus", help="CPUs per node"),
+    mem: Optional[str] = typer.Option(None, "--mem", help="memory per node, e.g. 64G"),
+    time: Optional[str] = typer.Option(None, "-t", "--time", help="time limit: MM, HH:MM:SS, D-HH, 2h ..."),
+    qos: Optional[str] = typer.Option(None, "-q", "--qos", help="quality of service (tier)"),
+    name: Optional[str] = typer.Option(None, "-J", "--name", help="job name"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="stdout file pattern (%j %x %u %A %a)"),
+    error: Optional[str] = typer.Option(None, "-e", "--error", help="stderr file pattern (default: with stdout)"),
+    chdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory"),
+    export: str = typer.Option("ALL", "--export", help="ALL, NONE, or VAR[=VAL],... (with ALL, added)"),
+    no_requeue: bool = typer.Option(False, "--no-requeue", help="never requeue after a node failure"),
+    wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its exit code"),
+    parsable: bool = typer.Option(False, "--parsable", help="print only the job id"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+) -> int:
+    """Submit a batch job (like sbatch)."""
+    text, default_name = _script_text(script, wrap)
+    values = _merge_directives(ctx, text)
+    spec = build_spec(text, default_name, list(args or []), values)
+    from gq.client import Client
+    with Client() as client:
+        job_id = client.submit([spec])[0]
+        if parsable:
+            print(job_id)
+        elif as_json:
+            render.emit_json({"id": job_id})
+        else:
+            print(f"Submitted batch job {job_id}")
+        sys.stdout.flush()
+        if wait:
+            return exit_code_of(client.wait([job_id])[0])
+    return 0
+
+
+def _script_text(script: str | None, wrap: str | None) -> tuple[str, str]:
+    if wrap is not None:
+        if script:
+            raise UsageError("give either a SCRIPT or --wrap, not both")
+        return f"#!/bin/sh\n{wrap}\n", "wrap"
+    if script is None or script == "-":
+        if script is None and sys.stdin.isatty():
+            raise UsageError("nothing to run: give a SCRIPT, '-' for stdin, or --wrap 'COMMAND'")
+        return sys.stdin.read(), "stdin"
+    try:
+        text = Path(script).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read script {script!r}: {exc}") from None
+    if not text.startswith("#!"):
+        raise UsageError(f"{script}: this does not look like a batch script: the first line must "
+                         "start with #! and an interpreter, e.g. #!/bin/bash")
+    return text, os.path.basename(script)
+
+
+def _merge_directives(ctx: click.Context, text: str) -> dict[str, Any]:
+    """Option values from `#SBATCH`, then `#GQ` lines, then the command line (last wins)."""
+    values = {k: ctx.params[k] for k in _MERGEABLE}
+    gq_words, slurm_words = directive_lines(text)
+    warnings: list[str] = []
+    layers = [translate_slurm(slurm_words, warnings), gq_words]
+    for warning in warnings:
+        render.message(warning)
+    for words in layers:
+        if not words:
+            continue
+        try:
+            sub = ctx.command.make_context("submit", list(words), parent=ctx.parent)
+        except click.UsageError as exc:
+            raise UsageError(f"bad directive in the script: {exc.format_message()}") from None
+        for key in _MERGEABLE:
+            if sub.get_parameter_source(key) == click.core.ParameterSource.COMMANDLINE and \
+                    ctx.get_parameter_source(key) != click.core.ParameterSource.COMMANDLINE:
+                values[key] = sub.params[key]
+    return values
+
+
+def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any]) -> JobSpec:
+    """A JobSpec from option values, with every value checked here, before anything is sent."""
+    if v["gpus"] < 0:
+        raise UsageError(f"bad --gpus {v['gpus']}: must be 0 or more")
+    if v["nodes"] < 1:
+        raise UsageError(f"bad --nodes {v['nodes']}: must be 1 or more")
+    if v["cpus"] < 0:
+        raise UsageError(f"bad --cpus {v['cpus']}: must be 0 or more")
+    cwd = os.path.abspath(v["chdir"]) if v["chdir"] else os.getcwd()
+    return JobSpec(
+        script=text, name=v["name"] or default_name, args=args, user="", uid=os.getuid(),
+        gid=os.getgid(), cwd=cwd, env=export_env(v["export"], dict(os.environ)),
+        nodes=v["nodes"], gpus=v["gpus"], gpu_type=v["gpu_type"],
+        gpu_mem=parse_size(v["gpu_mem"]) if v["gpu_mem"] else None, cpus=v["cpus"],
+        mem=parse_size(v["mem"]) if v["mem"] else 0,
+        time_limit_s=parse_duration(v["time"]) if v["time"] else None, qos=v["qos"],
+        output=v["output"], error=v["error"], requeue=not v["no_requeue"])
+
+
+def export_env(export: str, environ: dict[str, str]) -> dict[str, str]:
+    """Slurm's --export: ALL, NONE, or a list of VAR / VAR=VALUE (with ALL: added to everything)."""
+    items = [i for i in export.split(",") if i]
+    if not items:
+        raise UsageError("bad --export '': expected ALL, NONE or VAR[=VALUE],...")
+    env: dict[str, str] = {}
+    for item in items:
+        if item == "ALL":
+            env.update(environ)
+        elif item == "NONE":
+            continue
+        elif "=" in item:
+            key, _, value = item.partition("=")
+            env[key] = value
+        elif item.replace("_", "").isalnum():
+            if item in environ:
+                env[item] = environ[item]
+        else:
+            raise UsageError(f"bad --export item {item!r}: expected ALL, NONE, VAR or VAR=VALUE")
+    return env
+
+
+def exit_code_of(job: dict[str, Any]) -> int:
+    """The exit status `--wait` and `gq wait` return for a finished job."""
+    if job["exit_code"] is not None:
+        return int(job["exit_code"])
+    return 0 if job["state"] == "COMPLETED" else 1

@@ -1,0 +1,131 @@
+"""The Python API to gqd that the CLI uses; also usable from notebooks and scripts.
+
+    from gq.client import Client
+    with Client() as c:
+        job_id = c.submit([JobSpec(script="#!/bin/sh\\necho hi\\n")])[0]
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pwd
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from gq import config as config_mod
+from gq import defaults, protocol
+from gq.errors import ERRORS_BY_CODE, GqError, UnreachableError
+from gq.model import JobSpec
+
+START_HINT = "start a personal cluster with `gq up`, or point GQ_CONFIG at your cluster's config"
+
+
+class Client:
+    def __init__(self, cfg: config_mod.Config | None = None, timeout_s: float | None = None):
+        self.cfg = cfg or config_mod.load()
+        self.timeout_s = timeout_s if timeout_s is not None else float(
+            os.environ.get("GQ_TIMEOUT", self.cfg.client.timeout_s))
+        self.endpoint = self._choose_endpoint()
+        self._ctx: zmq.Context | None = None
+        self._sock: zmq.Socket | None = None
+        self._rids = itertools.count(int.from_bytes(os.urandom(3), "big"))
+        self._uid = os.getuid()
+        self._user = _user_name(self._uid)
+
+    def _choose_endpoint(self) -> str:
+        """The first endpoint that can work: an ipc socket must exist; TCP is tried as is."""
+        endpoints = self.cfg.client_endpoints()
+        for ep in endpoints:
+            if not ep.startswith("ipc://") or Path(ep[len("ipc://"):]).exists():
+                return ep
+        raise UnreachableError(f"no gq head is running here (no socket at "
+                               f"{', '.join(endpoints) or 'any endpoint'}): {START_HINT}")
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            self._ctx = zmq.Context.instance()
+            self._sock = self._ctx.socket(zmq.DEALER)
+            self._sock.linger = 0
+            self._sock.connect(self.endpoint)
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ requests
+
+    def request(self, msg_type: str, timeout_s: float | None = None, **fields: Any
+                ) -> dict[str, Any]:
+        """Send one request and return the reply's data; errors come back as GqError kin."""
+        sock = self._socket()
+        rid = next(self._rids)
+        sock.send(protocol.encode(msg_type, rid=rid, claim_uid=self._uid, claim_user=self._user,
+                                  **fields))
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
+        while (left := deadline - time.monotonic()) > 0:
+            if not sock.poll(int(left * 1000) + 1):
+                break
+            reply = protocol.decode(sock.recv(), frozenset({protocol.REPLY}))
+            if reply["rid"] != rid:
+                continue  # a late answer to an earlier request that timed out
+            if not reply["ok"]:
+                cls = ERRORS_BY_CODE.get(reply.get("code", ""), GqError)
+                raise cls(str(reply.get("error", "request refused")))
+            return {k: v for k, v in reply.items() if k not in ("v", "type", "rid", "ok")}
+        # The request may still be handled; a new socket keeps a late reply from confusing us.
+        self.close()
+        raise UnreachableError(f"gq head at {self.endpoint} did not answer within "
+                               f"{self.timeout_s:g}s: {START_HINT}")
+
+    def ping(self) -> dict[str, Any]:
+        return self.request(protocol.PING)
+
+    def submit(self, specs: list[JobSpec]) -> list[int]:
+        return list(self.request(protocol.SUBMIT, jobs=[s.to_dict() for s in specs])["ids"])
+
+    def cancel(self, ids: list[int]) -> dict[str, Any]:
+        return self.request(protocol.CANCEL, ids=ids)
+
+    def queue(self, user: str | None = None, states: list[str] | None = None,
+              all: bool = False) -> list[dict[str, Any]]:  # noqa: A002 - mirrors --all
+        return list(self.request(protocol.QUEUE, user=user, states=states, all=all)["jobs"])
+
+    def show(self, job_id: int) -> dict[str, Any]:
+        return dict(self.request(protocol.SHOW, id=job_id)["job"])
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return list(self.request(protocol.NODES)["nodes"])
+
+    def wait(self, ids: list[int], timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """Block until every job has ended (or `timeout_s` passes); their final records.
+
+        The head parks the request and answers when the jobs end; re-asking every WAIT_POLL_S
+        means a restarted head costs a wait nothing.
+        """
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            poll = defaults.WAIT_POLL_S if end is None else max(0.0, min(
+                defaults.WAIT_POLL_S, end - time.monotonic()))
+            reply = self.request(protocol.WAIT, timeout_s=poll + self.timeout_s, ids=ids,
+                                 park_s=poll)
+            if reply.get("done") or (end is not None and time.monotonic() >= end):
+                return list(reply["jobs"])
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

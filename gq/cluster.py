@@ -1,0 +1,238 @@
+"""A personal cluster on this host: gqd and N gqnodes as background processes of the user.
+
+State lives under $XDG_STATE_HOME/gq, sockets under $XDG_RUNTIME_DIR/gq; `up` is idempotent (it
+starts whichever daemon is not running) and `down` stops them, cancelling jobs still running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gq import config as config_mod
+from gq.client import Client
+from gq.errors import GqError, RefusedError, UnreachableError
+from gq.pidfile import read_alive
+
+#: How long `up` waits for the daemons to answer, and `down` for them to exit, in seconds.
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+
+
+@dataclass
+class Layout:
+    """Where the personal cluster's files are."""
+
+    root: Path
+    runtime: Path
+
+    @classmethod
+    def default(cls) -> Layout:
+        return cls(root=config_mod.personal_dir(), runtime=config_mod.personal_runtime_dir())
+
+    @property
+    def config(self) -> Path:
+        return config_mod.personal_config_path() if self.root == config_mod.personal_dir() \
+            else self.root / "gq.toml"
+
+    @property
+    def head_pid(self) -> Path:
+        return self.root / "head" / "gqd.pid"
+
+    @property
+    def members(self) -> Path:
+        return self.root / "cluster.json"
+
+    def node_dir(self, name: str) -> Path:
+        return self.root / "nodes" / name
+
+    def log(self, daemon: str) -> Path:
+        return self.root / "logs" / f"{daemon}.log"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(layout: Layout) -> config_mod.Config:
+    """The cluster's config, created on first use (its ports then stay fixed across restarts)."""
+    if layout.config.exists():
+        return config_mod.load(layout.config)
+    cfg = config_mod.Config()
+    node_ep = f"tcp://127.0.0.1:{_free_port()}"
+    cfg.head.state_dir = str(layout.root / "head")
+    cfg.head.client_endpoints = [f"ipc://{layout.runtime / 'gqd.sock'}",
+                                 f"tcp://127.0.0.1:{_free_port()}"]
+    cfg.head.node_endpoint = node_ep
+    cfg.node.head = node_ep
+    cfg.node.state_dir = str(layout.root / "nodes" / "{name}")
+    cfg.auth.admins = [_me()]
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(config_mod.to_toml(cfg))
+    cfg.path = str(layout.config)
+    return cfg
+
+
+def _me() -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def _spawn(args: list[str], log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL, stdout=out,
+                         stderr=out, start_new_session=True, close_fds=True)
+
+
+def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
+       say: Callable[[str], None] = lambda _: None) -> config_mod.Config:
+    """Start whatever part of the personal cluster is not running; wait until it serves."""
+    layout = layout or Layout.default()
+    layout.runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(layout.runtime, 0o700)  # only the owner may reach the sockets
+    cfg = write_config(layout)
+    members = _members(layout, nodes, fake_gpus, say)
+    if read_alive(layout.head_pid) is None:
+        _spawn(["gq.head.daemon", "--config", str(layout.config)], layout.log("gqd"))
+        say("started gqd")
+    client = Client(_wait_for_socket(cfg, layout), timeout_s=5.0)
+    _until(lambda: _answers(client), "gqd to answer", layout.log("gqd"))
+    for member in members:
+        if read_alive(layout.node_dir(member["name"]) / "gqnode.pid") is None:
+            fake = ["--fake-gpus", member["fake_gpus"]] if member["fake_gpus"] else []
+            _spawn(["gq.node.daemon", "--config", str(layout.config), "--name", member["name"],
+                    "--addr", "127.0.0.1", *fake], layout.log(member["name"]))
+            say(f"started gqnode {member['name']} "
+                f"({member['fake_gpus'] + ' fake' if fake else 'real'} GPUs)")
+    names = {m["name"] for m in members}
+    _until(lambda: names <= {n["name"] for n in client.nodes() if n["state"] != "DOWN"},
+           "the nodes to register", layout.log(members[0]["name"]) if members else None)
+    client.close()
+    return cfg
+
+
+def _members(layout: Layout, nodes: int | None, fake_gpus: str | None,
+             say: Callable[[str], None]) -> list[dict[str, str]]:
+    """The cluster's nodes: as recorded, changed by what this `up` asked for."""
+    recorded = json.loads(layout.members.read_text()) if layout.members.exists() else []
+    count = nodes if nodes is not None else (len(recorded) or 1)
+    spec = fake_gpus if fake_gpus is not None else (
+        recorded[0]["fake_gpus"] if recorded else _default_gpus(say))
+    if not spec and count > 1:
+        say("real GPUs can belong to only one node on this host: starting 1 node, not "
+            f"{count} (use --fake-gpus to simulate more)")
+        count = 1
+    members = [{"name": f"node{i + 1}", "fake_gpus": spec} for i in range(count)]
+    layout.members.write_text(json.dumps(members))
+    return members
+
+
+def _default_gpus(say: Callable[[str], None]) -> str:
+    """'' (use NVML) when this host has GPUs, else 8 fake GPUs per node."""
+    from gq.node.gpus import open_gpus
+    source = open_gpus(None)
+    try:
+        found = len(source.discover())
+    finally:
+        source.close()
+    if found:
+        say(f"NVML finds {found} GPU(s) here: the node uses them")
+        return ""
+    say("no GPU found through NVML: each node gets 8 fake GPUs (--fake-gpus to choose)")
+    return "8"
+
+
+def _wait_for_socket(cfg: config_mod.Config, layout: Layout) -> config_mod.Config:
+    ipc = cfg.head.client_endpoints[0][len("ipc://"):]
+    _until(lambda: Path(ipc).exists(), "gqd's socket", layout.log("gqd"))
+    return cfg
+
+
+def _answers(client: Client) -> bool:
+    try:
+        client.ping()
+        return True
+    except UnreachableError:
+        return False
+
+
+def _until(check: Callable[[], bool], what: str, log: Path | None) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    tail = ""
+    if log and log.exists():
+        tail = "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+    raise GqError(f"timed out after {START_TIMEOUT_S:.0f}s waiting for {what}; log {log}:{tail}")
+
+
+def down(layout: Layout | None = None, say: Callable[[str], None] = lambda _: None) -> None:
+    """Cancel running jobs (their processes must not outlive the cluster), then stop daemons."""
+    layout = layout or Layout.default()
+    if layout.config.exists() and read_alive(layout.head_pid) is not None:
+        _cancel_running(config_mod.load(layout.config), say)
+    pids = [read_alive(p) for p in sorted((layout.root / "nodes").glob("*/gqnode.pid"))]
+    _stop([p for p in pids if p], "gqnode", say)
+    head = read_alive(layout.head_pid)
+    _stop([head] if head else [], "gqd", say)
+
+
+def _cancel_running(cfg: config_mod.Config, say: Callable[[str], None]) -> None:
+    try:
+        with Client(cfg, timeout_s=5.0) as client:
+            running = [j["id"] for j in client.queue(states=["RUNNING"])]
+            if running:
+                client.cancel(running)
+                say(f"cancelled {len(running)} running job(s); pending jobs stay queued")
+                deadline = time.monotonic() + cfg.head.kill_grace_s + STOP_TIMEOUT_S
+                while time.monotonic() < deadline and any(
+                        g.get("job") for n in client.nodes() for g in n["gpus"]):
+                    time.sleep(0.1)
+    except (UnreachableError, RefusedError) as exc:
+        say(f"could not cancel running jobs: {exc}")
+
+
+def _stop(pids: list[int], what: str, say: Callable[[str], None]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _exists(p)]
+        time.sleep(0.05)
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    if pids:
+        say(f"stopped {len(pids)} {what}")
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (our own child, in tests) has exited for all purposes here.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,227 @@
+"""Configuration: typed dataclasses with every default in one place, loaded from TOML and validated.
+
+Where the config comes from: `$GQ_CONFIG`; else the personal cluster's (`gq up`) if it is running;
+else `/etc/gq/gq.toml`; else the personal cluster's path (so `gq` can say how to start one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gq import defaults
+from gq.errors import ConfigError, GqError
+from gq.model import parse_duration
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass
+class HeadConfig:
+    #: Where gqd keeps its SQLite database.
+    state_dir: str = "/var/lib/gq"
+    #: Endpoints gqd binds for the CLI: a local ipc socket and optionally TCP.
+    client_endpoints: list[str] = field(
+        default_factory=lambda: ["ipc:///run/gq/gqd.sock", "tcp://127.0.0.1:6817"])
+    #: Endpoint gqd binds for gqnodes.
+    node_endpoint: str = "tcp://0.0.0.0:6818"
+    #: Seconds of silence after which a node is DOWN.
+    node_timeout_s: float = defaults.NODE_TIMEOUT_S
+    #: Seconds between SIGTERM and SIGKILL when a job is cancelled.
+    kill_grace_s: float = defaults.KILL_GRACE_S
+    #: Jobs' GQ_CHECKPOINT_DIR is ROOT/USER/JOBID; empty means ~USER/.gq/checkpoints/JOBID.
+    checkpoint_root: str = ""
+
+
+@dataclass
+class NodeConfig:
+    #: Where gqd is, for gqnode.
+    head: str = "tcp://127.0.0.1:6818"
+    #: gqnode's state directory; `{name}` is replaced by the node's name.
+    state_dir: str = "/var/lib/gq/node"
+    heartbeat_s: float = defaults.HEARTBEAT_INTERVAL_S
+    #: CPUs and memory offered to jobs; 0 means what the host has.
+    cpus: int = 0
+    mem: str = "0"
+
+
+@dataclass
+class ClientConfig:
+    #: Endpoints the CLI tries, in order; empty means gqd's client endpoints.
+    endpoints: list[str] = field(default_factory=list)
+    timeout_s: float = defaults.CLIENT_TIMEOUT_S
+
+
+@dataclass
+class SchedulerConfig:
+    #: Priority points per unit of QOS priority.
+    weight_qos: int = 1000
+    #: Priority points a job gains by waiting `max_age_s` (linear, then flat).
+    weight_age: int = 1000
+    max_age_s: int = 7 * 86400
+
+
+@dataclass
+class QosConfig:
+    priority: int = 0
+    #: Time limit of jobs that name none, in seconds.
+    default_time_s: int = defaults.DEFAULT_TIME_LIMIT_S
+    #: Longest time limit a job of this QOS may ask for, in seconds; 0 is no cap.
+    max_time_s: int = 0
+    #: QOS names whose jobs this QOS may preempt (the scheduler issue uses it).
+    preempts: list[str] = field(default_factory=list)
+
+
+def _default_qos() -> dict[str, QosConfig]:
+    return {"normal": QosConfig(priority=10), "pro": QosConfig(priority=100, preempts=["free"]),
+            "free": QosConfig(priority=1)}
+
+
+@dataclass
+class AuthConfig:
+    #: Users who may act on any job and manage nodes.
+    admins: list[str] = field(default_factory=lambda: ["root"])
+
+
+@dataclass
+class Config:
+    head: HeadConfig = field(default_factory=HeadConfig)
+    node: NodeConfig = field(default_factory=NodeConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    qos: dict[str, QosConfig] = field(default_factory=_default_qos)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    #: The file this came from, for messages ("" for built-in defaults).
+    path: str = ""
+
+    def client_endpoints(self) -> list[str]:
+        return self.client.endpoints or self.head.client_endpoints
+
+
+_SECTIONS = {"head": HeadConfig, "node": NodeConfig, "client": ClientConfig,
+             "scheduler": SchedulerConfig, "auth": AuthConfig}
+_DURATION_KEYS = {"default_time", "max_time"}
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Config:
+    """The config at `path`, or found as the module docstring says."""
+    chosen = Path(path) if path else find_config()
+    if not chosen.exists():
+        if path:
+            raise ConfigError(f"config file {chosen} does not exist")
+        return Config(path="")
+    try:
+        data = tomllib.loads(chosen.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{chosen}: {exc}") from None
+    return from_dict(data, str(chosen))
+
+
+def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
+    cfg = Config(path=source)
+    for section, value in data.items():
+        if section == "qos":
+            cfg.qos = {name: _qos(name, v, source) for name, v in _table(value, "qos", source).items()}
+        elif section in _SECTIONS:
+            setattr(cfg, section, _fill(_SECTIONS[section], _table(value, section, source),
+                                        section, source))
+        else:
+            raise ConfigError(f"{source}: unknown section [{section}]")
+    if defaults.DEFAULT_QOS not in cfg.qos:
+        raise ConfigError(f"{source}: the QOS {defaults.DEFAULT_QOS!r} must be defined")
+    return cfg
+
+
+def _table(value: Any, name: str, source: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: [{name}] must be a table")
+    return value
+
+
+def _qos(name: str, value: Any, source: str) -> QosConfig:
+    table = dict(_table(value, f"qos.{name}", source))
+    for key in _DURATION_KEYS & table.keys():
+        try:
+            table[f"{key}_s"] = parse_duration(table.pop(key))
+        except GqError as exc:
+            raise ConfigError(f"{source}: [qos.{name}] {key}: {exc}") from None
+    return _fill(QosConfig, table, f"qos.{name}", source)
+
+
+def _fill(cls: type, table: dict[str, Any], section: str, source: str) -> Any:
+    obj = cls()
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {key!r} in [{section}]")
+        expected = type(getattr(obj, key))
+        ok = isinstance(value, expected) or (expected is float and isinstance(value, int))
+        if not ok or isinstance(value, bool) != (expected is bool):
+            raise ConfigError(f"{source}: [{section}] {key} must be a {expected.__name__}, "
+                              f"not {value!r}")
+        setattr(obj, key, value)
+    return obj
+
+
+# ---------------------------------------------------------------- where things live
+
+
+def personal_dir() -> Path:
+    """State of the personal cluster `gq up` runs: $XDG_STATE_HOME/gq."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gq"
+
+
+def personal_runtime_dir() -> Path:
+    """Sockets of the personal cluster: $XDG_RUNTIME_DIR/gq, else beside its state."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(base) / "gq" if base else personal_dir() / "run"
+
+
+def personal_config_path() -> Path:
+    return personal_dir() / defaults.PERSONAL_CONFIG
+
+
+def find_config() -> Path:
+    if env := os.environ.get("GQ_CONFIG"):
+        return Path(env)
+    personal = personal_config_path()
+    system = Path(defaults.SYSTEM_CONFIG)
+    if personal.exists() and (_personal_head_alive() or not system.exists()):
+        return personal
+    return system if system.exists() else personal
+
+
+def _personal_head_alive() -> bool:
+    from gq.pidfile import read_alive
+    return read_alive(personal_dir() / "gqd.pid") is not None
+
+
+def to_toml(cfg: Config) -> str:
+    """TOML text of the parts `gq up` writes (head, node, client), for a personal cluster."""
+    lines: list[str] = []
+    for section in ("head", "node", "client"):
+        lines.append(f"[{section}]")
+        for key, value in dataclasses.asdict(getattr(cfg, section)).items():
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    lines.append("[auth]")
+    lines.append(f"admins = {_toml_value(cfg.auth.admins)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,38 @@
+"""Every number and name that means something, in one place, with its unit."""
+
+#: Wire protocol version; a peer speaking another version gets an error reply.
+PROTOCOL_VERSION = 1
+#: Largest message gqd accepts, in bytes (a 10,000-task array spec fits easily).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+#: How often gqnode tells gqd it is alive, in seconds.
+HEARTBEAT_INTERVAL_S = 2.0
+#: A node silent this long is marked DOWN, in seconds.
+NODE_TIMEOUT_S = 30.0
+#: How often gqnode resends unacknowledged reports from its outbox, in seconds.
+OUTBOX_RESEND_S = 2.0
+#: How long the CLI waits for a reply before it calls the head unreachable, in seconds.
+CLIENT_TIMEOUT_S = 15.0
+#: How long a `wait` request is parked on the head before it is answered "still running", in seconds.
+WAIT_POLL_S = 20.0
+
+#: Between SIGTERM and SIGKILL when a job is cancelled or times out, in seconds.
+KILL_GRACE_S = 10.0
+#: Time limit of a job that names none and whose QOS has no default, in seconds.
+DEFAULT_TIME_LIMIT_S = 24 * 3600
+#: Most messages one socket may hand the loop per iteration, so one busy peer cannot starve the rest.
+MAX_BATCH = 2000
+#: Longest the event loop sleeps with nothing to do, in seconds (timers are checked at least this often).
+LOOP_TICK_S = 1.0
+
+#: The QOS a job gets when it names none.
+DEFAULT_QOS = "normal"
+#: Output file pattern when `-o` is not given (Slurm's is slurm-%j.out).
+DEFAULT_OUTPUT = "gq-%j.out"
+
+#: Names of the files in gqd's state directory.
+DB_FILE = "gq.db"
+#: The personal cluster's config file under $XDG_STATE_HOME/gq.
+PERSONAL_CONFIG = "gq.toml"
+#: System-wide config.
+SYSTEM_CONFIG = "/etc/gq/gq.toml"

@@ -1,0 +1,450 @@
+"""The head's state machine: jobs and nodes in memory, written through to the store.
+
+No sockets here: handlers return reply data, and messages for nodes or parked clients are queued
+in `outbox_nodes` / `deferred` for the daemon loop to send after the transaction commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from gq import defaults, protocol
+from gq.config import Config
+from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
+from gq.head.auth import Caller
+from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
+from gq.sched import NodeView, PendingJob, Policy, Snapshot, plan
+from gq.store import Store
+
+log = logging.getLogger("gq.head")
+
+#: A launch not confirmed by a `started` report in this many seconds is sent again.
+LAUNCH_RESEND_S = 5.0
+#: Finished jobs stay visible in `gq queue --all` this long, in seconds (Slurm's MinJobAge).
+RECENT_S = 300.0
+MAX_JOBS_PER_NODE_COUNT = 64
+MAX_GPUS_PER_NODE = 64
+
+
+@dataclass
+class Parked:
+    """A client `wait` request answered later."""
+
+    client: Any
+    rid: int
+    ids: list[int]
+    deadline: float
+
+
+@dataclass
+class Launch:
+    """Bookkeeping for a job run the head has sent out: which nodes still hold it."""
+
+    sent_at: float
+    confirmed: set[str] = field(default_factory=set)
+    holding: set[str] = field(default_factory=set)
+    #: Per rank node -> (state, exit code) once it reported finished.
+    results: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+
+
+class Head:
+    def __init__(self, cfg: Config, store: Store, now: float):
+        self.store = store
+        self.configure(cfg)
+        self.outbox_nodes: list[tuple[str, bytes]] = []
+        self.deferred: list[tuple[Any, bytes]] = []
+        self.parked: list[Parked] = []
+        self.dirty = True
+        self.started_at = now
+        self.load()
+
+    def configure(self, cfg: Config) -> None:
+        """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
+        self.cfg = cfg
+        self.policy = Policy(qos_priority={n: q.priority for n, q in cfg.qos.items()},
+                             weight_qos=cfg.scheduler.weight_qos,
+                             weight_age=cfg.scheduler.weight_age,
+                             max_age_s=cfg.scheduler.max_age_s)
+        self.dirty = True
+
+    def load(self) -> None:
+        """(Re)build memory from the store: at start, and after a failed commit."""
+        self.jobs: dict[int, Job] = {j.id: j for j in self.store.live_jobs()}
+        self.nodes: dict[str, Node] = {}
+        for node in self.store.load_nodes():
+            # Until it registers again we know nothing about a node; drains are kept.
+            if node.state != NodeState.DRAIN:
+                node.state, node.reason = NodeState.DOWN, "not registered since gqd started"
+            self.nodes[node.name] = node
+        self.registered: set[str] = set()
+        self.launches: dict[int, Launch] = {}
+        for job in self.jobs.values():
+            if job.holds_alloc:
+                self.launches[job.id] = Launch(sent_at=0.0, holding=set(job.alloc))
+        self.outbox_nodes.clear()
+        self.dirty = True
+
+    # ------------------------------------------------------------ client requests
+
+    def handle_client(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                      ) -> dict[str, Any] | None:
+        """Reply data for a request, or None when the reply is deferred (wait)."""
+        handler = getattr(self, f"_req_{msg['type']}")
+        return handler(msg, caller, client, now)
+
+    def _req_ping(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        return {"version": defaults.PROTOCOL_VERSION, "user": caller.user, "uid": caller.uid,
+                "proven": caller.proven, "pid": os.getpid()}
+
+    def _req_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        specs = [self._accept_spec(protocol.check_spec(s), caller) for s in msg["jobs"]]
+        if not specs:
+            raise UsageError("nothing to submit")
+        ids = []
+        for spec in specs:
+            job = Job(id=0, spec=spec, submit_time=now, reason="None")
+            job.id = self.store.insert_job(job)
+            self.jobs[job.id] = job
+            ids.append(job.id)
+        self.dirty = True
+        return {"ids": ids}
+
+    def _accept_spec(self, raw: dict[str, Any], caller: Caller) -> JobSpec:
+        """Check what a spec means (ranges, QOS, limits) and bind it to the caller."""
+        spec = JobSpec.from_dict(raw)
+        spec.uid = caller.uid
+        spec.user = caller.user
+        if caller.proven or spec.gid < 0:
+            spec.gid = _primary_gid(caller.uid, spec.gid)
+        if not 1 <= spec.nodes <= MAX_JOBS_PER_NODE_COUNT:
+            raise UsageError(f"bad node count {spec.nodes}: expected 1..{MAX_JOBS_PER_NODE_COUNT}")
+        if not 0 <= spec.gpus <= MAX_GPUS_PER_NODE:
+            raise UsageError(f"bad GPU count {spec.gpus}: expected 0..{MAX_GPUS_PER_NODE}")
+        if spec.cpus < 0 or spec.mem < 0:
+            raise UsageError("CPU and memory requests cannot be negative")
+        if not spec.cwd.startswith("/"):
+            raise UsageError(f"working directory {spec.cwd!r} is not absolute")
+        spec.qos = spec.qos or defaults.DEFAULT_QOS
+        qos = self.cfg.qos.get(spec.qos)
+        if qos is None:
+            raise RefusedError(f"unknown QOS {spec.qos!r}; known: {', '.join(sorted(self.cfg.qos))}")
+        if spec.time_limit_s is None:
+            spec.time_limit_s = qos.default_time_s
+        if spec.time_limit_s <= 0:
+            raise UsageError(f"bad time limit {spec.time_limit_s}: must be positive")
+        if qos.max_time_s and spec.time_limit_s > qos.max_time_s:
+            raise RefusedError(f"time limit {spec.time_limit_s}s is over the {spec.qos!r} QOS "
+                               f"maximum of {qos.max_time_s}s")
+        if spec.gpu_type:
+            spec.gpu_type = spec.gpu_type.lower()
+        return spec
+
+    def _req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        cancelled, errors = [], {}
+        for job_id in msg["ids"]:
+            if not isinstance(job_id, int):
+                raise ProtocolError("cancel: ids must be integers")
+            try:
+                self.cancel(self._owned(job_id, caller), now)
+                cancelled.append(job_id)
+            except RefusedError as exc:
+                errors[str(job_id)] = str(exc)
+        return {"cancelled": cancelled, "errors": errors}
+
+    def _owned(self, job_id: int, caller: Caller) -> Job:
+        job = self.find(job_id)
+        if not caller.admin and job.spec.uid != caller.uid:
+            raise PermissionDenied(f"permission denied: job {job_id} belongs to {job.spec.user}")
+        return job
+
+    def find(self, job_id: int) -> Job:
+        job = self.jobs.get(job_id) or self.store.get_job(job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} does not exist")
+        return job
+
+    def cancel(self, job: Job, now: float) -> None:
+        if job.state.terminal:
+            raise RefusedError(f"job {job.id} has already finished ({job.state.value})")
+        was_running = job.state == JobState.RUNNING
+        self._finish(job, JobState.CANCELLED, now, exit_code=None)
+        if was_running:
+            for node in job.alloc:
+                self.outbox_nodes.append((node, protocol.encode(
+                    protocol.KILL, job_id=job.id, restart=job.restart_count, signal="TERM")))
+
+    def _req_queue(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        states = set(msg.get("states") or [])
+        jobs = [j for j in self.jobs.values() if not j.state.terminal]
+        if msg.get("all") or states - {"PENDING", "RUNNING"}:
+            recent = self.store.finished_jobs(since=now - RECENT_S)
+            jobs = sorted({j.id: j for j in (*jobs, *recent)}.values(), key=lambda j: j.id)
+        if user := msg.get("user"):
+            jobs = [j for j in jobs if j.spec.user == user]
+        if states:
+            jobs = [j for j in jobs if j.state.value in states]
+        return {"jobs": [j.to_json() for j in jobs]}
+
+    def _req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        job = self.find(msg["id"])
+        data = job.to_json()
+        data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
+                    cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem)
+        return {"job": data}
+
+    def _req_nodes(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        holders: dict[tuple[str, int], int] = {}
+        for job in self.jobs.values():
+            if job.holds_alloc:
+                for node, gpus in job.alloc.items():
+                    holders.update({(node, g): job.id for g in gpus})
+        out = []
+        for node in sorted(self.nodes.values(), key=lambda n: n.name):
+            data = node.to_json()
+            for gpu in data["gpus"]:
+                gpu["job"] = holders.get((node.name, gpu["index"]))
+            out.append(data)
+        return {"nodes": out}
+
+    def _req_wait(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                  ) -> dict | None:
+        ids = msg["ids"]
+        if not all(isinstance(i, int) for i in ids):
+            raise ProtocolError("wait: ids must be integers")
+        jobs = [self.find(i) for i in ids]
+        if all(j.state.terminal for j in jobs):
+            return {"done": True, "jobs": [j.to_json() for j in jobs]}
+        timeout = min(float(msg.get("park_s", defaults.WAIT_POLL_S)), 300.0)
+        self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids, deadline=now + timeout))
+        return None
+
+    def _answer_parked(self, now: float) -> None:
+        keep = []
+        for p in self.parked:
+            jobs = [self.jobs.get(i) or self.store.get_job(i) for i in p.ids]
+            done = all(j is None or j.state.terminal for j in jobs)
+            if done or now >= p.deadline:
+                self.deferred.append((p.client, protocol.ok(
+                    p.rid, done=done, jobs=[j.to_json() for j in jobs if j is not None])))
+            else:
+                keep.append(p)
+        self.parked = keep
+
+    # ------------------------------------------------------------ nodes
+
+    def handle_node(self, name: str, msg: dict[str, Any], now: float) -> None:
+        if msg["node"] != name:
+            raise ProtocolError(f"node {name!r} sent a message signed {msg['node']!r}")
+        kind = msg["type"]
+        if kind == protocol.REGISTER:
+            self._register(name, msg, now)
+            return
+        if name not in self.registered:
+            # A head restart forgot this node's connection: ask it to register again.
+            self.outbox_nodes.append((name, protocol.encode(protocol.REREGISTER)))
+            return
+        node = self.nodes[name]
+        node.last_seen = now
+        if node.state == NodeState.DOWN:
+            node.state, node.reason = NodeState.UP, ""
+            self.store.save_node(node)
+            self.dirty = True
+        if kind == protocol.HEARTBEAT:
+            node.telemetry = {int(k): v for k, v in msg.get("telemetry", {}).items()
+                              if str(k).isdigit() and isinstance(v, dict)}
+        elif kind == protocol.REPORT:
+            self._report(node, msg, now)
+            self.outbox_nodes.append((name, protocol.encode(protocol.ACK, seq=msg["seq"])))
+
+    def _register(self, name: str, msg: dict[str, Any], now: float) -> None:
+        gpus = [Gpu(index=g["index"], type=str(g["type"]), memory=int(g["memory"]),
+                    uuid=str(g.get("uuid", "")), name=str(g.get("name", "")))
+                for g in msg["gpus"] if isinstance(g, dict)]
+        old = self.nodes.get(name)
+        node = Node(name=name, gpus=gpus, cpus=msg["cpus"], mem=msg["mem"], state=NodeState.UP,
+                    last_seen=now, addr=msg.get("addr") or name)
+        if old and old.state == NodeState.DRAIN:
+            node.state, node.reason = NodeState.DRAIN, old.reason
+        self.nodes[name] = node
+        self.registered.add(name)
+        self.store.save_node(node)
+        self.dirty = True
+        log.info("node %s registered: %d GPUs (%s)", name, len(gpus), msg.get("gpu_source", "?"))
+        running = {(int(j), int(r)) for j, r in (e for e in msg["running"]
+                                                 if isinstance(e, list) and len(e) == 2)}
+        for job_id, restart in running:
+            job = self.jobs.get(job_id)
+            if job and job.state == JobState.RUNNING and job.restart_count == restart \
+                    and name in job.alloc:
+                self.launches.setdefault(job_id, Launch(now, holding=set(job.alloc)))
+                self.launches[job_id].confirmed.add(name)
+            else:
+                # Not ours to run (cancelled, requeued, forgotten): stop it on the node.
+                self.outbox_nodes.append((name, protocol.encode(
+                    protocol.KILL, job_id=job_id, restart=restart, signal="KILL")))
+
+    def _report(self, node: Node, msg: dict[str, Any], now: float) -> None:
+        job = self.jobs.get(msg["job_id"])
+        launch = self.launches.get(msg["job_id"])
+        if job is None or launch is None or job.restart_count != msg["restart"]:
+            log.info("ignoring stale %s report for job %s run %s from %s", msg["event"],
+                     msg["job_id"], msg["restart"], node.name)
+            return
+        if msg["event"] == protocol.STARTED:
+            launch.confirmed.add(node.name)
+        elif msg["event"] == protocol.FINISHED:
+            launch.confirmed.add(node.name)
+            launch.holding.discard(node.name)
+            launch.results[node.name] = (str(msg.get("state") or "FAILED"), msg.get("exit_code"))
+            self._rank_finished(job, launch, now)
+
+    def _rank_finished(self, job: Job, launch: Launch, now: float) -> None:
+        if job.state == JobState.RUNNING:
+            failed = [(s, c) for s, c in launch.results.values() if s != JobState.COMPLETED.value]
+            if failed or len(launch.results) == len(job.alloc):
+                state, code = failed[0] if failed else (JobState.COMPLETED.value, 0)
+                self._finish(job, JobState(state) if state in JobState.__members__
+                             else JobState.FAILED, now, exit_code=code)
+                for other in launch.holding:  # a gang job ends with its first failed rank
+                    self.outbox_nodes.append((other, protocol.encode(
+                        protocol.KILL, job_id=job.id, restart=job.restart_count, signal="TERM")))
+        if not launch.holding:
+            self._release(job)
+
+    def _finish(self, job: Job, state: JobState, now: float, exit_code: int | None) -> None:
+        job.state, job.end_time, job.exit_code, job.reason = state, now, exit_code, ""
+        if job.id not in self.launches:
+            job.holds_alloc = False
+        self.store.update_job(job, "state", "end_time", "exit_code", "reason", "holds_alloc")
+        if not job.holds_alloc:
+            self.jobs.pop(job.id, None)
+        self.dirty = True
+        log.info("job %d %s (exit %s)", job.id, state.value, exit_code)
+
+    def _release(self, job: Job) -> None:
+        """The nodes no longer run any rank of `job`: its GPUs are free."""
+        self.launches.pop(job.id, None)
+        job.holds_alloc = False
+        self.store.update_job(job, "holds_alloc")
+        if job.state.terminal:
+            self.jobs.pop(job.id, None)
+        self.dirty = True
+
+    # ------------------------------------------------------------ timers and scheduling
+
+    def tick(self, now: float) -> None:
+        """Timers: node timeouts, unconfirmed launches, parked waits."""
+        timeout = self.cfg.head.node_timeout_s
+        for node in self.nodes.values():
+            if node.name in self.registered and node.state != NodeState.DOWN \
+                    and now - node.last_seen > timeout:
+                self.node_down(node, f"no heartbeat for {now - node.last_seen:.0f}s", now)
+        for job_id, launch in self.launches.items():
+            job = self.jobs.get(job_id)
+            if job and job.state == JobState.RUNNING and now - launch.sent_at > LAUNCH_RESEND_S:
+                missing = set(job.alloc) - launch.confirmed
+                if missing:
+                    self._send_launch(job, now, only=missing)
+        self._answer_parked(now)
+
+    def node_down(self, node: Node, reason: str, now: float) -> None:
+        log.warning("node %s is DOWN: %s", node.name, reason)
+        node.state, node.reason = NodeState.DOWN, reason
+        self.registered.discard(node.name)
+        self.store.save_node(node)
+        for job in [j for j in self.jobs.values() if node.name in j.alloc and j.holds_alloc]:
+            self.launches.pop(job.id, None)
+            job.holds_alloc = False
+            if job.state == JobState.RUNNING:
+                self._node_failed(job, now)
+            else:
+                self._release(job)
+        self.dirty = True
+
+    def _node_failed(self, job: Job, now: float) -> None:
+        """A running job lost its node: requeue it as a new run, or end it NODE_FAIL."""
+        if job.spec.requeue:
+            job.state, job.reason, job.alloc = JobState.PENDING, "NodeFail", {}
+            job.restart_count += 1
+            job.start_time = None
+            self.store.update_job(job)
+        else:
+            self._finish(job, JobState.NODE_FAIL, now, exit_code=None)
+
+    def schedule(self, now: float) -> None:
+        """One pass of the pure scheduler; its starts are persisted here and launched after commit."""
+        self.dirty = False
+        pending = tuple(_pending_view(j) for j in self.jobs.values()
+                        if j.state == JobState.PENDING)
+        if not pending:
+            return
+        result = plan(Snapshot(nodes=self._node_views(), pending=pending), now, self.policy)
+        for job_id, reason in result.reasons.items():
+            job = self.jobs[job_id]
+            if job.reason != reason:
+                job.reason = reason
+                self.store.update_job(job, "reason")
+        for job_id, prio in result.priorities.items():
+            self.jobs[job_id].priority = prio
+        for start in result.starts:
+            job = self.jobs[start.job_id]
+            job.state, job.reason, job.start_time = JobState.RUNNING, "", now
+            job.alloc = {n: list(g) for n, g in start.alloc.items()}
+            job.holds_alloc = True
+            self.store.update_job(job, "state", "reason", "start_time", "alloc", "holds_alloc")
+            self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))
+            self._send_launch(job, now)
+
+    def _node_views(self) -> tuple[NodeView, ...]:
+        used: dict[str, set[int]] = {n: set() for n in self.nodes}
+        cpus: dict[str, int] = dict.fromkeys(self.nodes, 0)
+        mem: dict[str, int] = dict.fromkeys(self.nodes, 0)
+        for job in self.jobs.values():
+            if job.holds_alloc:
+                for node, gpus in job.alloc.items():
+                    if node in used:
+                        used[node].update(gpus)
+                        cpus[node] += job.spec.cpus
+                        mem[node] += job.spec.mem
+        return tuple(NodeView(name=n.name, gpus=tuple(n.gpus),
+                              free=frozenset(g.index for g in n.gpus) - used[n.name],
+                              cpus_free=n.cpus - cpus[n.name], mem_free=n.mem - mem[n.name],
+                              schedulable=n.state == NodeState.UP)
+                     for n in self.nodes.values())
+
+    def _send_launch(self, job: Job, now: float, only: set[str] | None = None) -> None:
+        self.launches[job.id].sent_at = now
+        nodelist = list(job.alloc)
+        job_json = job.to_json()
+        for rank, (node, gpus) in enumerate(job.alloc.items()):
+            if only is None or node in only:
+                self.outbox_nodes.append((node, protocol.encode(
+                    protocol.LAUNCH, job_id=job.id, restart=job.restart_count,
+                    spec=job.spec.to_dict(), gpus=gpus, rank=rank, nodelist=nodelist,
+                    time_limit_s=job.spec.time_limit_s or 0, stdout=job.output_path("output"),
+                    stderr=job.output_path("error"), job=job_json,
+                    grace_s=self.cfg.head.kill_grace_s, checkpoint_dir=self._checkpoint_dir(job),
+                    master_addr=self.nodes[nodelist[0]].addr if nodelist[0] in self.nodes else "")))
+
+    def _checkpoint_dir(self, job: Job) -> str:
+        root = self.cfg.head.checkpoint_root
+        return f"{root.rstrip('/')}/{job.spec.user}/{job.id}" if root else ""
+
+
+def _pending_view(job: Job) -> PendingJob:
+    s = job.spec
+    return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
+                      nodes=s.nodes, gpus=s.gpus, gpu_type=s.gpu_type, gpu_mem=s.gpu_mem,
+                      cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0)
+
+
+def _primary_gid(uid: int, fallback: int) -> int:
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return fallback
+

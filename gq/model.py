@@ -1,0 +1,312 @@
+"""Value types of gq (jobs, nodes, GPUs, states) and the parsing of durations, sizes and GPU specs.
+
+Pure: no I/O, no imports from the rest of the package but errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gq.errors import UsageError
+
+
+class JobState(str, enum.Enum):
+    """Slurm's job state names, stored verbatim."""
+
+    #: Waiting for resources, priority, a dependency or a hold; `reason` says which.
+    PENDING = "PENDING"
+    #: Its shepherd(s) have been told to start it.
+    RUNNING = "RUNNING"
+    #: Exited 0.
+    COMPLETED = "COMPLETED"
+    #: Exited non-zero or was killed by a signal it did not ask for.
+    FAILED = "FAILED"
+    #: Cancelled by its owner or an admin.
+    CANCELLED = "CANCELLED"
+    #: Ran past its time limit and was stopped.
+    TIMEOUT = "TIMEOUT"
+    #: Its node died under it.
+    NODE_FAIL = "NODE_FAIL"
+    #: Stopped to make room for higher-tier work (and requeued as PENDING).
+    PREEMPTED = "PREEMPTED"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+class NodeState(str, enum.Enum):
+    #: Registered and heartbeating; takes jobs.
+    UP = "UP"
+    #: Heartbeating but taking no new jobs (admin or health check); `reason` says why.
+    DRAIN = "DRAIN"
+    #: Silent past the node timeout, or never seen since the head started.
+    DOWN = "DOWN"
+
+
+# ---------------------------------------------------------------- durations
+
+_DURATION_FORMS = ("MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, "
+                   "or a number with a unit: 90s, 30m, 2h, 1d")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_UNIT_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_DAYS_RE = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
+_CLOCK_RE = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_duration(text: str | int | float) -> int:
+    """Seconds in a Slurm-style time limit. A bare number means minutes, as in Slurm."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _positive_duration(int(text * 60), str(text))
+    raw = str(text).strip().lower()
+    if raw in ("unlimited", "infinite"):
+        return 0
+    if m := _UNIT_RE.match(raw):
+        return _positive_duration(int(float(m[1]) * _UNIT_S[m[2]]), raw)
+    if m := _DAYS_RE.match(raw):
+        days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+        return _positive_duration(((days * 24 + hours) * 60 + minutes) * 60 + seconds, raw)
+    if m := _CLOCK_RE.match(raw):
+        parts = [int(g) for g in m.groups() if g is not None]
+        if len(parts) == 1:
+            return _positive_duration(parts[0] * 60, raw)
+        if len(parts) == 2:
+            return _positive_duration(parts[0] * 60 + parts[1], raw)
+        return _positive_duration(parts[0] * 3600 + parts[1] * 60 + parts[2], raw)
+    raise UsageError(f"bad duration {text!r}: expected {_DURATION_FORMS}")
+
+
+def _positive_duration(seconds: int, raw: str) -> int:
+    if seconds <= 0:
+        raise UsageError(f"bad duration {raw!r}: must be more than zero; expected {_DURATION_FORMS}")
+    return seconds
+
+
+def format_duration(seconds: float | None) -> str:
+    """Slurm's D-HH:MM:SS form (HH:MM:SS under a day); 'UNLIMITED' for no limit."""
+    if not seconds:
+        return "UNLIMITED" if seconds == 0 else ""
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+# ---------------------------------------------------------------- sizes
+
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([kmgtp])(?:i?b)?|(b))?$")
+_SIZE_MULT = {"b": 1, "": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size like `40G`, `512M`, `1.5T`. A bare number means MiB, as in Slurm's --mem."""
+    raw = str(text).strip().lower()
+    m = _SIZE_RE.match(raw)
+    if not m:
+        raise UsageError(f"bad size {text!r}: expected a number with an optional unit "
+                         "K, M, G, T (powers of 1024), e.g. 40G or 512M; a bare number is MiB")
+    unit = "b" if m[3] else (m[2] or "")
+    return int(float(m[1]) * _SIZE_MULT[unit])
+
+
+def format_size(nbytes: int | None) -> str:
+    if not nbytes:
+        return "-"
+    for unit, mult in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if nbytes >= mult:
+            value = nbytes / mult
+            return f"{value:.0f}{unit}" if value == int(value) or value >= 100 else f"{value:.1f}{unit}"
+    return f"{nbytes}B"
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of a node, as its gqnode reports it."""
+
+    index: int
+    #: Short model name used by --gpu-type, lower case (`h100`, `a100`, `fake`).
+    type: str
+    #: Memory in bytes.
+    memory: int
+    uuid: str = ""
+    #: Full product name as NVML reports it.
+    name: str = ""
+
+
+_GPU_PART_RE = re.compile(r"^(\d+)(?:x([a-z0-9_.-]+))?(?::(\S+))?$")
+_GPU_SPEC_FORMS = "N, NxTYPE, NxTYPE:MEM or a comma-separated list, e.g. 8, 8xh100:80G, 4xa100:40G,4xl4:24G"
+#: VRAM of a fake GPU whose spec names none.
+FAKE_GPU_MEMORY = 80 * 1024**3
+
+
+def parse_gpu_spec(text: str) -> list[Gpu]:
+    """The GPUs of a `--fake-gpus` spec, numbered from 0."""
+    gpus: list[Gpu] = []
+    raw = str(text).strip().lower()
+    for part in raw.split(","):
+        m = _GPU_PART_RE.match(part.strip())
+        if not m or not raw:
+            raise UsageError(f"bad GPU spec {text!r}: expected {_GPU_SPEC_FORMS}")
+        count, gtype, mem = int(m[1]), m[2] or "fake", m[3]
+        if count < 1:
+            raise UsageError(f"bad GPU spec {text!r}: each count must be at least 1")
+        try:
+            memory = parse_size(mem) if mem else FAKE_GPU_MEMORY
+        except UsageError as exc:
+            raise UsageError(f"bad GPU spec {text!r}: {exc}") from None
+        for _ in range(count):
+            index = len(gpus)
+            gpus.append(Gpu(index=index, type=gtype, memory=memory,
+                            uuid=f"GPU-fake-{gtype}-{index}", name=f"Fake {gtype.upper()}"))
+    if len(gpus) > 64:
+        raise UsageError(f"bad GPU spec {text!r}: at most 64 GPUs per node")
+    return gpus
+
+
+# ---------------------------------------------------------------- jobs
+
+
+@dataclass
+class JobSpec:
+    """What a user asked for at submit; immutable once accepted (but for admin updates)."""
+
+    script: str
+    name: str = "job"
+    args: list[str] = field(default_factory=list)
+    user: str = ""
+    uid: int = -1
+    gid: int = -1
+    cwd: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    nodes: int = 1
+    gpus: int = 1
+    gpu_type: str | None = None
+    gpu_mem: int | None = None
+    cpus: int = 0
+    mem: int = 0
+    #: Seconds; None means the QOS default.
+    time_limit_s: int | None = None
+    qos: str | None = None
+    output: str | None = None
+    error: str | None = None
+    requeue: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Job:
+    """A job as the head knows it."""
+
+    id: int
+    spec: JobSpec
+    state: JobState = JobState.PENDING
+    reason: str = ""
+    submit_time: float = 0.0
+    start_time: float | None = None
+    end_time: float | None = None
+    exit_code: int | None = None
+    #: Node name -> GPU indices on that node, in node rank order.
+    alloc: dict[str, list[int]] = field(default_factory=dict)
+    #: How many times it has been requeued; launches and reports carry it so stale ones are spotted.
+    restart_count: int = 0
+    priority: int = 0
+    array_job_id: int | None = None
+    array_index: int | None = None
+    #: True while its allocation is still held on the node(s) (until the node reports it ended).
+    holds_alloc: bool = False
+
+    @property
+    def node_list(self) -> list[str]:
+        return list(self.alloc)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented `--json` object (DESIGN: the CLI contract)."""
+        s = self.spec
+        return {
+            "id": self.id, "name": s.name, "user": s.user, "state": self.state.value,
+            "reason": self.reason, "qos": s.qos, "priority": self.priority,
+            "nodes": s.nodes, "gpus_per_node": s.gpus, "gpu_type": s.gpu_type,
+            "time_limit_s": s.time_limit_s, "submit_time": iso_time(self.submit_time),
+            "start_time": iso_time(self.start_time), "end_time": iso_time(self.end_time),
+            "exit_code": self.exit_code, "node_list": self.node_list,
+            "gpu_ids": {node: list(ids) for node, ids in self.alloc.items()},
+            "array_job_id": self.array_job_id, "array_index": self.array_index,
+            "restart_count": self.restart_count, "work_dir": s.cwd,
+            "stdout": self.output_path("output"), "stderr": self.output_path("error"),
+        }
+
+    def output_path(self, which: str) -> str:
+        """Absolute path of the job's stdout (`output`) or stderr (`error`) file."""
+        pattern = getattr(self.spec, which) or (self.spec.output if which == "error" else None)
+        expanded = expand_pattern(pattern or _default_output(), self)
+        return expanded if expanded.startswith("/") else f"{self.spec.cwd.rstrip('/')}/{expanded}"
+
+
+def _default_output() -> str:
+    from gq.defaults import DEFAULT_OUTPUT
+    return DEFAULT_OUTPUT
+
+
+_PATTERN_RE = re.compile(r"%(%|j|A|a|x|u|N)")
+
+
+def expand_pattern(pattern: str, job: Job) -> str:
+    """Slurm's output filename patterns: %j job id, %A array job id, %a array index, %x name, %u user."""
+    def sub(m: re.Match[str]) -> str:
+        key = m[1]
+        values = {
+            "%": "%", "j": str(job.id), "x": job.spec.name, "u": job.spec.user,
+            "A": str(job.array_job_id if job.array_job_id is not None else job.id),
+            "a": str(job.array_index) if job.array_index is not None else "4294967294",
+            "N": job.node_list[0] if job.node_list else "",
+        }
+        return values[key]
+    return _PATTERN_RE.sub(sub, pattern)
+
+
+@dataclass
+class Node:
+    """A GPU host as the head knows it."""
+
+    name: str
+    gpus: list[Gpu] = field(default_factory=list)
+    cpus: int = 0
+    mem: int = 0
+    state: NodeState = NodeState.DOWN
+    reason: str = ""
+    last_seen: float = 0.0
+    #: Host name or address other nodes reach it at (MASTER_ADDR of multi-node jobs).
+    addr: str = ""
+    #: Latest per-GPU telemetry: index -> {util, mem_used, temp}.
+    telemetry: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "state": self.state.value, "reason": self.reason,
+            "addr": self.addr, "cpus": self.cpus, "mem": self.mem,
+            "last_seen": iso_time(self.last_seen),
+            "gpus": [{**dataclasses.asdict(g), **self.telemetry.get(g.index, {})} for g in self.gpus],
+        }
+
+
+def iso_time(ts: float | None) -> str | None:
+    """ISO 8601 UTC, second precision, as the --json contract says."""
+    if ts is None or ts == 0 or math.isnan(ts):
+        return None
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

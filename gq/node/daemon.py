@@ -1,0 +1,304 @@
+"""gqnode: registers with gqd, heartbeats, launches shepherds, and reports every run's end.
+
+Every run has a directory `jobs/JOBID.RESTART/` (launch order, shepherd pid, final status), and
+every report goes through the durable outbox, so a restarted gqnode re-adopts live shepherds and
+still reports runs that ended while it was down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import psutil
+import zmq
+
+from gq import config as config_mod
+from gq import defaults, protocol, service
+from gq.errors import GqError
+from gq.fsutil import write_atomic
+from gq.model import JobState, parse_size
+from gq.node import shepherd
+from gq.node.gpus import GpuSource, open_gpus
+from gq.node.outbox import Outbox
+from gq.pidfile import acquire
+
+log = logging.getLogger("gq.node")
+
+#: Adopted shepherds (not our children, so no SIGCHLD) are checked this often, in seconds.
+ADOPTED_CHECK_S = 1.0
+
+
+@dataclass
+class Run:
+    job_id: int
+    restart: int
+    dir: Path
+    pid: int
+    #: Start time of the shepherd process, so a recycled pid is never mistaken for it.
+    pid_started: float
+    child: bool
+
+
+class NodeDaemon:
+    def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
+                 cpus: int, mem: int, addr: str, heartbeat_s: float):
+        self.name, self.head_addr, self.addr = name, head, addr
+        self.state_dir = state_dir
+        self.jobs_dir = state_dir / "jobs"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.gpu_source = gpus
+        self.gpus = gpus.discover()
+        self.cpus, self.mem = cpus, mem
+        self.heartbeat_s = heartbeat_s
+        self.outbox = Outbox(state_dir / "outbox")
+        self.runs: dict[tuple[int, int], Run] = {}
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, name.encode())
+        self.sock.linger = 0
+        self.sock.connect(head)
+        self.signals = service.Signals()
+        self.signals.watch_children()
+        self.accepting = True
+        self._next_heartbeat = 0.0
+        self._next_adopted_check = 0.0
+
+    # ------------------------------------------------------------ start-up
+
+    def adopt(self) -> None:
+        """Pick up runs from the state directory: live shepherds and unreported ends."""
+        for run_dir in sorted(self.jobs_dir.iterdir()):
+            try:
+                job_id, restart = (int(x) for x in run_dir.name.split("."))
+            except ValueError:
+                continue
+            if (run_dir / "reported").exists():
+                continue  # its end is in the outbox; the directory goes when that is acked
+            pid, pid_started = _read_pid(run_dir)
+            run = Run(job_id, restart, run_dir, pid, pid_started, child=False)
+            self.runs[(job_id, restart)] = run
+            if not _alive(pid, pid_started):
+                self._ended(run)
+        log.info("adopted %d running jobs; %d reports waiting", len(self.runs), len(self.outbox))
+
+    def register(self) -> None:
+        self._send(protocol.REGISTER, node=self.name, addr=self.addr, cpus=self.cpus,
+                   mem=self.mem, gpu_source=self.gpu_source.kind,
+                   gpus=[{"index": g.index, "type": g.type, "memory": g.memory, "uuid": g.uuid,
+                          "name": g.name} for g in self.gpus],
+                   running=[[r.job_id, r.restart] for r in self.runs.values()])
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> int:
+        self.adopt()
+        self.register()
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.signals.wake_r, zmq.POLLIN)
+        service.notify("READY=1")
+        log.info("gqnode %s up: %d GPUs (%s), head %s", self.name, len(self.gpus),
+                 self.gpu_source.kind, self.head_addr)
+        while True:
+            now = time.time()
+            timeout = max(0.0, min(self._next_heartbeat, self._next_adopted_check) - now)
+            events = dict(poller.poll(int(timeout * 1000) + 1))
+            self.signals.drain()
+            if self.signals.stop_requests:
+                # Jobs are never killed by a daemon stop: their shepherds outlive us.
+                log.info("stop signal: gqnode stops; %d jobs keep running", len(self.runs))
+                return 0
+            if self.signals.child_exited:
+                self.signals.child_exited = False
+                self._reap()
+            if self.sock in events:
+                self._receive()
+            now = time.time()
+            if now >= self._next_adopted_check:
+                self._next_adopted_check = now + ADOPTED_CHECK_S
+                self._check_adopted()
+            if now >= self._next_heartbeat:
+                self._next_heartbeat = now + self.heartbeat_s
+                self._heartbeat()
+            self._flush_outbox(now)
+
+    def _receive(self) -> None:
+        for _ in range(defaults.MAX_BATCH):
+            try:
+                frame = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = protocol.decode(frame, protocol.HEAD_TO_NODE)
+                self._handle(msg)
+            except GqError as exc:
+                log.warning("dropping message from head: %s", exc)
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        kind = msg["type"]
+        if kind == protocol.LAUNCH:
+            self.launch(msg)
+        elif kind == protocol.KILL:
+            self.kill(msg["job_id"], msg["restart"], msg.get("signal", "TERM"))
+        elif kind == protocol.ACK:
+            entry = self.outbox.ack(msg["seq"])
+            if entry and entry.get("event") == protocol.FINISHED:
+                shutil.rmtree(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}",
+                              ignore_errors=True)
+        elif kind == protocol.REREGISTER:
+            self.register()
+
+    # ------------------------------------------------------------ runs
+
+    def launch(self, msg: dict[str, Any]) -> None:
+        key = (msg["job_id"], msg["restart"])
+        run_dir = self.jobs_dir / f"{key[0]}.{key[1]}"
+        if key in self.runs or run_dir.exists():
+            return  # a resent launch: this run already started here
+        if not self.accepting:
+            return
+        tmp = self.jobs_dir / f".{run_dir.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        write_atomic(tmp / shepherd.LAUNCH_FILE, msgpack.packb(msg, use_bin_type=True))
+        os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
+        pid = shepherd.spawn(run_dir)
+        started = _proc_start(pid)
+        write_atomic(run_dir / shepherd.PID_FILE, f"{pid} {started}\n".encode())
+        self.runs[key] = Run(key[0], key[1], run_dir, pid, started, child=True)
+        self.outbox.put({"node": self.name, "job_id": key[0], "restart": key[1],
+                         "event": protocol.STARTED, "time": time.time()})
+        log.info("job %d run %d started (shepherd %d, GPUs %s)", key[0], key[1], pid, msg["gpus"])
+
+    def kill(self, job_id: int, restart: int, sig: str) -> None:
+        run = self.runs.get((job_id, restart))
+        if run is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(run.pid, signal.SIGUSR1 if sig == "KILL" else signal.SIGTERM)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for run in list(self.runs.values()):
+                if run.pid == pid:
+                    self._ended(run)
+
+    def _check_adopted(self) -> None:
+        for run in list(self.runs.values()):
+            if not run.child and not _alive(run.pid, run.pid_started):
+                self._ended(run)
+
+    def _ended(self, run: Run) -> None:
+        """The shepherd is gone: queue its final status (durably) and forget the run."""
+        status = shepherd.read_status(run.dir) or {
+            "state": JobState.FAILED.value, "exit_code": None, "end_time": time.time(),
+            "note": "shepherd died without writing a status"}
+        self.outbox.put({"node": self.name, "job_id": run.job_id, "restart": run.restart,
+                         "event": protocol.FINISHED, "state": status["state"],
+                         "exit_code": status["exit_code"], "time": status["end_time"]})
+        write_atomic(run.dir / "reported", b"")
+        self.runs.pop((run.job_id, run.restart), None)
+        log.info("job %d run %d ended %s (exit %s)", run.job_id, run.restart, status["state"],
+                 status["exit_code"])
+
+    # ------------------------------------------------------------ messages out
+
+    def _heartbeat(self) -> None:
+        self._send(protocol.HEARTBEAT, node=self.name,
+                   telemetry={str(k): v for k, v in self.gpu_source.telemetry().items()},
+                   health=self.gpu_source.health())
+
+    def _flush_outbox(self, now: float) -> None:
+        for entry in self.outbox.due(now, defaults.OUTBOX_RESEND_S):
+            self._send(protocol.REPORT, **entry)
+
+    def _send(self, msg_type: str, **fields: Any) -> None:
+        try:
+            self.sock.send(protocol.encode(msg_type, **fields), zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # not connected yet: heartbeats repeat and reports are resent from the outbox
+
+    def close(self) -> None:
+        self.sock.close()
+        self.ctx.term()
+        self.gpu_source.close()
+
+
+def _proc_start(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
+
+
+def _read_pid(run_dir: Path) -> tuple[int, float]:
+    try:
+        pid, started = (run_dir / shepherd.PID_FILE).read_text().split()
+        return int(pid), float(started)
+    except (OSError, ValueError):
+        return 0, 0.0
+
+
+def _alive(pid: int, started: float) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gqnode", description="gq node daemon")
+    parser.add_argument("--config", help="config file (default: $GQ_CONFIG or /etc/gq/gq.toml)")
+    parser.add_argument("--head", help="gqd's node endpoint, e.g. tcp://head:6818")
+    parser.add_argument("--name", default=None, help="node name (default: the host name)")
+    parser.add_argument("--fake-gpus", default=None, metavar="SPEC",
+                        help="pretend to have these GPUs: 8, 8xh100:80G, 4xa100:40G,4xl4:24G")
+    parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--addr", default=None, help="address other nodes reach this one at")
+    parser.add_argument("--log-level", default=os.environ.get("GQ_LOG_LEVEL", "INFO"))
+    args = parser.parse_args(argv)
+    service.setup_logging(args.log_level)
+    try:
+        cfg = config_mod.load(args.config)
+        name = args.name or socket.gethostname().split(".")[0]
+        state_dir = Path((args.state_dir or cfg.node.state_dir).replace("{name}", name))
+        lock = acquire(state_dir / "gqnode.pid")
+        daemon = NodeDaemon(
+            name=name, head=args.head or cfg.node.head, state_dir=state_dir,
+            gpus=open_gpus(args.fake_gpus), addr=args.addr or socket.gethostname(),
+            cpus=cfg.node.cpus or os.cpu_count() or 1,
+            mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
+            heartbeat_s=cfg.node.heartbeat_s)
+    except (GqError, OSError, zmq.ZMQError) as exc:
+        log.error("gqnode cannot start: %s", exc)
+        return 1
+    try:
+        return daemon.run()
+    finally:
+        daemon.close()
+        os.close(lock)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""The shepherd: one process per job run, outside gqnode's lifetime.
+
+It starts the job in its own session with the contract's environment, enforces the time limit,
+passes on cancels (SIGTERM, grace, SIGKILL to the whole process group), reaps it, kills what is
+left of its session, and writes the final status atomically into the run's directory. gqnode forks
+it (no new interpreter per job) and reads that status; a restarted gqnode re-adopts it.
+
+Signals gqnode sends the shepherd: SIGTERM cancel gracefully; SIGUSR1 kill at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from gq.fsutil import write_atomic
+from gq.model import JobState
+
+LAUNCH_FILE = "launch.msg"
+STATUS_FILE = "status.json"
+PID_FILE = "shepherd.pid"
+_WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
+#: When nothing else is due, the shepherd still wakes this often (seconds) to re-check its child.
+_IDLE_WAKE_S = 60.0
+
+
+def spawn(run_dir: Path) -> int:
+    """Fork a shepherd for the run in `run_dir`; returns its pid (in gqnode)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        _detach(run_dir)
+        code = run(run_dir)
+    finally:
+        os._exit(code)  # never return into gqnode's code in the child
+
+
+def _detach(run_dir: Path) -> None:
+    """Leave gqnode behind: own session, no inherited sockets or locks, default signals."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    log = os.open(run_dir / "shepherd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    # gqnode's zmq sockets and its pid-file lock must not live on in us.
+    os.closerange(3, 65536)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def run(run_dir: Path) -> int:
+    launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
+    started = time.time()
+    try:
+        proc = _start(run_dir, launch)
+    except OSError as exc:
+        _note(launch, f"gq: job could not start: {exc}")
+        _write_status(run_dir, JobState.FAILED, 127 if isinstance(exc, FileNotFoundError) else 126,
+                      started, note=str(exc))
+        return 0
+    state, code = _supervise(proc, launch, started)
+    _kill_session(proc.pid)
+    _write_status(run_dir, state, code, started)
+    return 0
+
+
+def _start(run_dir: Path, launch: dict[str, Any]) -> subprocess.Popen[bytes]:
+    spec = launch["spec"]
+    uid, gid = spec["uid"], spec["gid"]
+    switch = os.geteuid() == 0 and uid != 0
+    script = run_dir / "script"
+    write_atomic(script, spec["script"].encode(), mode=0o700)
+    if switch:
+        os.chown(script, uid, gid)
+        os.chown(run_dir, uid, gid)
+    env = job_env(launch)
+    restart = launch["restart"]
+    with _as_user(uid, gid, switch):
+        os.makedirs(env["GQ_CHECKPOINT_DIR"], exist_ok=True)
+        out = _open_output(launch["stdout"], append=restart > 0)
+        err = out if launch["stderr"] == launch["stdout"] else _open_output(launch["stderr"],
+                                                                           append=restart > 0)
+    try:
+        return subprocess.Popen(
+            [str(script), *spec.get("args", [])], cwd=spec["cwd"], env=env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+            user=uid if switch else None, group=gid if switch else None,
+            extra_groups=_groups(uid, gid) if switch else None,
+            preexec_fn=_unblock_signals, close_fds=True)
+    finally:
+        os.close(out)
+        if err != out:
+            os.close(err)
+
+
+def _unblock_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def _open_output(path: str, append: bool) -> int:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    return os.open(path, flags, 0o644)
+
+
+@contextlib.contextmanager
+def _as_user(uid: int, gid: int, switch: bool) -> Iterator[None]:
+    """Open files with the job owner's rights, so root never writes where the user cannot."""
+    if not switch:
+        yield
+        return
+    groups = os.getgroups()
+    os.setgroups(_groups(uid, gid))
+    os.setegid(gid)
+    os.seteuid(uid)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(groups)
+
+
+def _groups(uid: int, gid: int) -> list[int]:
+    try:
+        return os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+    except KeyError:
+        return [gid]
+
+
+def job_env(launch: dict[str, Any]) -> dict[str, str]:
+    """The job's environment: what --export kept, the passwd basics, and the contract's GQ_*."""
+    spec, job = launch["spec"], launch["job"]
+    env = dict(spec.get("env") or {})
+    try:
+        pw = pwd.getpwuid(spec["uid"])
+        env.setdefault("HOME", pw.pw_dir)
+        env.setdefault("SHELL", pw.pw_shell or "/bin/sh")
+        env["USER"] = env["LOGNAME"] = pw.pw_name
+    except KeyError:
+        pass
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    gpus = ",".join(str(g) for g in launch["gpus"])
+    nodelist = launch["nodelist"]
+    job_id = str(launch["job_id"])
+    ours = {
+        "GQ_JOB_ID": job_id, "GQ_JOB_NAME": spec.get("name", ""),
+        "GQ_NODELIST": ",".join(nodelist), "GQ_NODE_RANK": str(launch["rank"]),
+        "GQ_NUM_NODES": str(len(nodelist)), "GQ_GPUS": gpus,
+        # NVML numbers GPUs in PCI bus order; make CUDA agree so the indices mean the same GPUs.
+        "CUDA_VISIBLE_DEVICES": gpus, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "GQ_CHECKPOINT_DIR": launch.get("checkpoint_dir") or os.path.join(
+            env["HOME"] if "HOME" in env else spec["cwd"], ".gq", "checkpoints", job_id),
+        "GQ_RESTART_COUNT": str(launch["restart"]), "GQ_SUBMIT_DIR": spec["cwd"],
+        # Slurm's names too, so existing batch scripts keep working.
+        "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": spec.get("name", ""),
+        "SLURM_SUBMIT_DIR": spec["cwd"], "SLURM_NODEID": str(launch["rank"]),
+        "SLURM_JOB_NUM_NODES": str(len(nodelist)), "SLURM_RESTART_COUNT": str(launch["restart"]),
+    }
+    if job.get("array_job_id") is not None:
+        ours.update(GQ_ARRAY_JOB_ID=str(job["array_job_id"]),
+                    GQ_ARRAY_TASK_ID=str(job["array_index"]),
+                    SLURM_ARRAY_JOB_ID=str(job["array_job_id"]),
+                    SLURM_ARRAY_TASK_ID=str(job["array_index"]))
+    if len(nodelist) > 1:
+        ours.update(MASTER_ADDR=launch.get("master_addr") or nodelist[0],
+                    MASTER_PORT=str(20000 + launch["job_id"] % 20000),
+                    WORLD_SIZE=str(len(nodelist)), NODE_RANK=str(launch["rank"]))
+    env.update(ours)
+    return env
+
+
+def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float
+               ) -> tuple[JobState, int]:
+    """Wait for the job, enforcing its time limit and passing on cancels; (state, exit code)."""
+    limit = launch["time_limit_s"]
+    grace = float(launch.get("grace_s", 10.0))
+    deadline = started + limit if limit else None
+    ending: JobState | None = None  # why we are stopping it, once we are
+    kill_at: float | None = None
+    while (rc := proc.poll()) is None:
+        now = time.time()
+        if deadline is not None and ending is None and now >= deadline:
+            ending, kill_at = JobState.TIMEOUT, now + grace
+            _signal_group(proc.pid, signal.SIGTERM)
+        if kill_at is not None and now >= kill_at:
+            _signal_group(proc.pid, signal.SIGKILL)
+            kill_at = None
+        wake = [t for t in (deadline if ending is None else None, kill_at) if t is not None]
+        timeout = max(0.0, min(wake) - now) if wake else _IDLE_WAKE_S
+        info = signal.sigtimedwait(_WATCHED, timeout)
+        if info is None or info.si_signo == signal.SIGCHLD:
+            continue
+        if info.si_signo == signal.SIGUSR1:
+            ending = ending or JobState.CANCELLED
+            _signal_group(proc.pid, signal.SIGKILL)
+        elif ending is None:  # SIGTERM / SIGINT: a cancel
+            ending, kill_at = JobState.CANCELLED, time.time() + grace
+            _signal_group(proc.pid, signal.SIGTERM)
+    code = rc if rc >= 0 else 128 - rc
+    if ending is not None:
+        return ending, code
+    return (JobState.COMPLETED if rc == 0 else JobState.FAILED), code
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _kill_session(sid: int) -> None:
+    """Kill whatever the job left behind in its session (background children, grandchildren)."""
+    import psutil
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.pid != os.getpid() and os.getsid(proc.pid) == sid:
+                proc.kill()
+
+
+def _note(launch: dict[str, Any], text: str) -> None:
+    with contextlib.suppress(OSError):
+        with open(launch["stderr"], "a") as f:
+            f.write(text + "\n")
+
+
+def _write_status(run_dir: Path, state: JobState, code: int | None, started: float,
+                  note: str = "") -> None:
+    status = {"state": state.value, "exit_code": code, "start_time": started,
+              "end_time": time.time(), "note": note}
+    write_atomic(run_dir / STATUS_FILE, json.dumps(status).encode())
+
+
+def read_status(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+if __name__ == "__main__":  # debugging aid: run one shepherd in the foreground
+    sys.exit(run(Path(sys.argv[1])))

@@ -1,0 +1,206 @@
+"""The SQLite store: schema, migrations, transactions and queries. The only module that speaks SQL.
+
+gqd is the only writer. It keeps active jobs in memory and writes through; reads of finished jobs
+come from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from gq.errors import GqError, StoreError
+from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
+
+#: Each migration takes the schema from version i to i + 1.
+MIGRATIONS: list[list[str]] = [
+    [
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL, user TEXT NOT NULL, uid INTEGER NOT NULL, qos TEXT NOT NULL,
+            state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+            nodes INTEGER NOT NULL, gpus INTEGER NOT NULL, gpu_type TEXT,
+            time_limit_s INTEGER, submit_time REAL NOT NULL, start_time REAL, end_time REAL,
+            exit_code INTEGER, alloc TEXT NOT NULL DEFAULT '{}',
+            holds_alloc INTEGER NOT NULL DEFAULT 0, restart_count INTEGER NOT NULL DEFAULT 0,
+            array_job_id INTEGER, array_index INTEGER, spec BLOB NOT NULL)""",
+        # Active jobs are loaded at start-up; a partial index keeps that fast on a long history.
+        "CREATE INDEX jobs_active ON jobs(state) WHERE state IN ('PENDING', 'RUNNING')",
+        "CREATE INDEX jobs_holding ON jobs(holds_alloc) WHERE holds_alloc = 1",
+        "CREATE INDEX jobs_user ON jobs(user, submit_time)",
+        """CREATE TABLE nodes (name TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT NOT NULL,
+            last_seen REAL NOT NULL, info BLOB NOT NULL)""",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_JOB_COLUMNS = ("id, name, user, uid, qos, state, reason, nodes, gpus, gpu_type, time_limit_s, "
+                "submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count, "
+                "array_job_id, array_index, spec")
+#: Columns `update_job` may write, mapped to how a Job attribute becomes a column value.
+_UPDATABLE = {
+    "state": lambda j: j.state.value, "reason": lambda j: j.reason,
+    "start_time": lambda j: j.start_time, "end_time": lambda j: j.end_time,
+    "exit_code": lambda j: j.exit_code, "alloc": lambda j: json.dumps(j.alloc),
+    "holds_alloc": lambda j: int(j.holds_alloc), "restart_count": lambda j: j.restart_count,
+    "time_limit_s": lambda j: j.spec.time_limit_s, "qos": lambda j: j.spec.qos,
+}
+
+
+class SchemaError(GqError):
+    """The database is corrupt or from a newer gq; it is refused, never overwritten."""
+
+
+class Store:
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode: transactions are explicit (`tx()`), never implicit.
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        # FULL: a commit is on disk (WAL fsynced) before `submit` is answered, so an acknowledged
+        # job survives power loss, not only a crash of gqd. Group commit (one transaction per
+        # loop iteration) makes that one fsync per batch of requests, not one per job.
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.execute("PRAGMA busy_timeout=5000")
+        self._migrate()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; any sqlite error becomes StoreError and nothing is kept."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot start a transaction: {exc}") from None
+        try:
+            yield self.conn
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StoreError(f"could not commit to {self.path}: {exc}") from None
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.conn.execute("ROLLBACK")
+
+    # ------------------------------------------------------------ schema
+
+    def schema_version(self) -> int:
+        try:
+            has_meta = self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+            if not has_meta:
+                return 0
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise SchemaError(f"{self.path} is not a usable gq database: {exc}") from None
+        return int(row[0]) if row else 0
+
+    def _migrate(self) -> None:
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise SchemaError(f"{self.path} has schema version {version}, newer than this gq "
+                              f"({SCHEMA_VERSION}); refusing to touch it")
+        for target in range(version, SCHEMA_VERSION):
+            with self.tx() as c:
+                for statement in MIGRATIONS[target]:
+                    c.execute(statement)
+                c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                          (str(target + 1),))
+
+    # ------------------------------------------------------------ jobs
+
+    def insert_job(self, job: Job) -> int:
+        """Insert `job` (its id is ignored) inside the caller's transaction; returns the new id."""
+        s = job.spec
+        cur = self.conn.execute(
+            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (NULL{', ?' * 20})",
+            (s.name, s.user, s.uid, s.qos, job.state.value, job.reason, s.nodes, s.gpus,
+             s.gpu_type, s.time_limit_s, job.submit_time, job.start_time, job.end_time,
+             job.exit_code, json.dumps(job.alloc), int(job.holds_alloc), job.restart_count,
+             job.array_job_id, job.array_index, msgpack.packb(s.to_dict(), use_bin_type=True)))
+        return int(cur.lastrowid)
+
+    def update_job(self, job: Job, *columns: str) -> None:
+        """Write the named attributes of `job` (all updatable ones when none are named)."""
+        names = columns or tuple(_UPDATABLE)
+        sets = ", ".join(f"{name} = ?" for name in names)
+        self.conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?",
+                          (*(_UPDATABLE[n](job) for n in names), job.id))
+
+    def get_job(self, job_id: int) -> Job | None:
+        row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?",
+                                (job_id,)).fetchone()
+        return _job(row) if row else None
+
+    def live_jobs(self) -> list[Job]:
+        """Jobs the head must keep in memory: pending, running, or still holding GPUs."""
+        rows = self.conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ('PENDING', 'RUNNING') "
+            f"UNION SELECT {_JOB_COLUMNS} FROM jobs WHERE holds_alloc = 1 ORDER BY id")
+        return [_job(r) for r in rows]
+
+    def finished_jobs(self, *, user: str | None = None, since: float | None = None,
+                      limit: int = 1000) -> list[Job]:
+        where, args = ["state NOT IN ('PENDING', 'RUNNING')"], []
+        if user:
+            where.append("user = ?")
+            args.append(user)
+        if since is not None:
+            where.append("COALESCE(end_time, submit_time) >= ?")
+            args.append(since)
+        rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
+                                 "ORDER BY id DESC LIMIT ?", (*args, limit))
+        return [_job(r) for r in rows][::-1]
+
+    # ------------------------------------------------------------ nodes
+
+    def save_node(self, node: Node) -> None:
+        info = {"gpus": [_gpu_dict(g) for g in node.gpus], "cpus": node.cpus, "mem": node.mem}
+        self.conn.execute(
+            "INSERT OR REPLACE INTO nodes(name, state, reason, last_seen, info) VALUES (?,?,?,?,?)",
+            (node.name, node.state.value, node.reason, node.last_seen,
+             msgpack.packb(info, use_bin_type=True)))
+
+    def load_nodes(self) -> list[Node]:
+        nodes = []
+        for name, state, reason, last_seen, info in self.conn.execute(
+                "SELECT name, state, reason, last_seen, info FROM nodes ORDER BY name"):
+            data = msgpack.unpackb(info, raw=False)
+            nodes.append(Node(name=name, state=NodeState(state), reason=reason,
+                              last_seen=last_seen, cpus=data["cpus"], mem=data["mem"],
+                              gpus=[Gpu(**g) for g in data["gpus"]]))
+        return nodes
+
+
+def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
+    return {"index": gpu.index, "type": gpu.type, "memory": gpu.memory, "uuid": gpu.uuid,
+            "name": gpu.name}
+
+
+def _job(row: Iterable[Any]) -> Job:
+    (job_id, _name, _user, _uid, qos, state, reason, _nodes, _gpus, _gpu_type, time_limit_s,
+     submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count,
+     array_job_id, array_index, spec) = row
+    # qos and time limit may be updated after submit: the columns, not the blob, are current.
+    spec_obj = JobSpec.from_dict(msgpack.unpackb(spec, raw=False))
+    spec_obj.qos, spec_obj.time_limit_s = qos, time_limit_s
+    return Job(id=job_id, spec=spec_obj,
+               state=JobState(state), reason=reason, submit_time=submit_time,
+               start_time=start_time, end_time=end_time, exit_code=exit_code,
+               alloc=json.loads(alloc), holds_alloc=bool(holds_alloc),
+               restart_count=restart_count, array_job_id=array_job_id, array_index=array_index)
