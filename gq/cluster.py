@@ -20,6 +20,7 @@ from pathlib import Path
 from gq import config as config_mod
 from gq.client import Client
 from gq.errors import GqError, RefusedError, UnreachableError
+from gq.model import parse_iso_time
 from gq.pidfile import read_alive
 
 #: How long `up` waits for the daemons to answer, and `down` for them to exit, in seconds.
@@ -111,15 +112,20 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
         say("started gqd")
     client = Client(_wait_for_socket(cfg, layout), timeout_s=5.0)
     _until(lambda: _answers(client), "gqd to answer", layout.log("gqd"))
+    started_at = time.time()
+    started = []
     for member in members:
         if read_alive(layout.node_dir(member["name"]) / "gqnode.pid") is None:
             fake = ["--fake-gpus", member["fake_gpus"]] if member["fake_gpus"] else []
             _spawn(["gq.node.daemon", "--config", str(layout.config), "--name", member["name"],
                     "--addr", "127.0.0.1", *fake], layout.log(member["name"]))
+            started.append(member["name"])
             say(f"started gqnode {member['name']} "
                 f"({member['fake_gpus'] + ' fake' if fake else 'real'} GPUs)")
-    names = {m["name"] for m in members}
-    _until(lambda: names <= {n["name"] for n in client.nodes() if n["state"] != "DOWN"},
+    for name in started:
+        _until(lambda: read_alive(layout.node_dir(name) / "gqnode.pid") is not None,
+               f"gqnode {name} to start", layout.log(name))
+    _until(lambda: _registered(client, {m["name"] for m in members}, set(started), started_at),
            "the nodes to register", layout.log(members[0]["name"]) if members else None)
     client.close()
     return cfg
@@ -154,6 +160,13 @@ def _default_gpus(say: Callable[[str], None]) -> str:
         return ""
     say("no GPU found through NVML: each node gets 8 fake GPUs (--fake-gpus to choose)")
     return "8"
+
+
+def _registered(client: Client, names: set[str], fresh: set[str], since: float) -> bool:
+    """Every node is up, and those just started have registered since `since`."""
+    seen = {n["name"]: n for n in client.nodes() if n["state"] != "DOWN"}
+    return names <= seen.keys() and all(
+        (parse_iso_time(seen[n]["last_seen"]) or 0) >= int(since) for n in fresh)
 
 
 def _wait_for_socket(cfg: config_mod.Config, layout: Layout) -> config_mod.Config:

@@ -310,3 +310,11 @@ def iso_time(ts: float | None) -> str | None:
     if ts is None or ts == 0 or math.isnan(ts):
         return None
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso_time(text: str | None) -> float | None:
+    """Inverse of iso_time."""
+    if not text:
+        return None
+    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=_dt.timezone.utc).timestamp()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
 
+from gq.cli import clickcompat as click
 from gq.errors import ExitStatus, GqError
 
 app = typer.Typer(
@@ -34,13 +34,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"gq: {exc}", file=sys.stderr)
         return int(exc.exit_status)
-    except click.exceptions.Abort:
+    except click.Abort:
         print("gq: aborted", file=sys.stderr)
         return 130
     except click.ClickException as exc:
         exc.show()
         return int(ExitStatus.USAGE)
-    except click.exceptions.Exit as exc:
+    except click.Exit as exc:
         return int(exc.exit_code)
     except KeyboardInterrupt:
         return 130

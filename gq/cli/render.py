@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gq.model import format_duration, format_size
+from gq.model import format_duration, format_size, parse_iso_time
 
 #: Version of the `--json` documents; bumped only when a field changes meaning or goes away.
 JSON_SCHEMA_VERSION = 1
@@ -52,18 +52,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
-def _iso_to_epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    import calendar
-    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
-
-
 def elapsed(job: dict[str, Any], now: float | None = None) -> str:
-    start = _iso_to_epoch(job.get("start_time"))
+    start = parse_iso_time(job.get("start_time"))
     if start is None:
         return "0:00"
-    end = _iso_to_epoch(job.get("end_time")) or (now or time.time())
+    end = parse_iso_time(job.get("end_time")) or (now or time.time())
     return format_duration(max(1, int(end - start)))
 
 

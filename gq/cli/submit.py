@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import click
 import typer
 
 from gq.cli import render
+from gq.cli.clickcompat import ParameterSource
+from gq.cli.clickcompat import UsageError as ClickUsageError
 from gq.cli.directives import directive_lines, translate_slurm
 from gq.errors import UsageError
 from gq.model import JobSpec, parse_duration, parse_size
@@ -85,7 +86,7 @@ def _script_text(script: str | None, wrap: str | None) -> tuple[str, str]:
     return text, os.path.basename(script)
 
 
-def _merge_directives(ctx: click.Context, text: str) -> dict[str, Any]:
+def _merge_directives(ctx: typer.Context, text: str) -> dict[str, Any]:
     """Option values from `#SBATCH`, then `#GQ` lines, then the command line (last wins)."""
     values = {k: ctx.params[k] for k in _MERGEABLE}
     gq_words, slurm_words = directive_lines(text)
@@ -98,11 +99,11 @@ def _merge_directives(ctx: click.Context, text: str) -> dict[str, Any]:
             continue
         try:
             sub = ctx.command.make_context("submit", list(words), parent=ctx.parent)
-        except click.UsageError as exc:
+        except ClickUsageError as exc:
             raise UsageError(f"bad directive in the script: {exc.format_message()}") from None
         for key in _MERGEABLE:
-            if sub.get_parameter_source(key) == click.core.ParameterSource.COMMANDLINE and \
-                    ctx.get_parameter_source(key) != click.core.ParameterSource.COMMANDLINE:
+            if sub.get_parameter_source(key) == ParameterSource.COMMANDLINE and \
+                    ctx.get_parameter_source(key) != ParameterSource.COMMANDLINE:
                 values[key] = sub.params[key]
     return values
 

@@ -1,0 +1,16 @@
+"""The click pieces the CLI needs, wherever this typer keeps them.
+
+typer >= 0.29 carries its own copy of click (`typer._click`) and no longer depends on click;
+older typers use click itself. Exceptions and ParameterSource must come from the copy typer runs.
+"""
+
+from typer import Abort, Exit
+
+try:
+    from typer._click.core import ParameterSource
+    from typer._click.exceptions import ClickException, UsageError
+except ImportError:  # typer < 0.29
+    from click.core import ParameterSource  # type: ignore[no-redef]
+    from click.exceptions import ClickException, UsageError  # type: ignore[no-redef]
+
+__all__ = ["Abort", "ClickException", "Exit", "ParameterSource", "UsageError"]

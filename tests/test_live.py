@@ -1,0 +1,261 @@
+"""End to end on a live cluster: real gqd, two real gqnodes (8 fake GPUs each), real CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import msgpack
+import psutil
+import zmq
+
+from gq import protocol
+from gq.model import JobSpec
+from tests.conftest import LiveCluster, wait_for
+
+DOCUMENTED_FIELDS = {"id", "name", "user", "state", "reason", "qos", "priority", "nodes",
+                     "gpus_per_node", "gpu_type", "time_limit_s", "submit_time", "start_time",
+                     "end_time", "exit_code", "node_list", "gpu_ids", "array_job_id",
+                     "array_index"}
+
+
+def _spec(cluster: LiveCluster, script: str, **kw: object) -> JobSpec:
+    return JobSpec(script=script, uid=os.getuid(), gid=os.getgid(), cwd=str(cluster.work),
+                   env={"PATH": os.environ["PATH"]}, **kw)
+
+
+def test_sixteen_concurrent_one_gpu_jobs_never_share_a_gpu(cluster: LiveCluster) -> None:
+    work = cluster.work
+    # Each job records its GPU, then waits until all 16 are running at once (a barrier): the
+    # test can only pass if the 16 really run concurrently, one per GPU.
+    script = f"""#!/bin/sh
+echo "$GQ_NODELIST $CUDA_VISIBLE_DEVICES" > {work}/gpu.$GQ_JOB_ID
+touch {work}/started.$GQ_JOB_ID
+i=0
+while [ "$(ls {work} | grep -c '^started[.]')" -lt 16 ]; do
+  i=$((i+1)); [ $i -gt 900 ] && exit 1; sleep 0.1
+done
+"""
+    with cluster.client() as c:
+        ids = c.submit([_spec(cluster, script, gpus=1) for _ in range(16)])
+        done = c.wait(ids, timeout_s=120)
+    assert [j["state"] for j in done] == ["COMPLETED"] * 16, done
+    seen = [tuple((work / f"gpu.{i}").read_text().split()) for i in ids]
+    assert len(set(seen)) == 16, f"GPUs shared: {sorted(seen)}"
+    assert all(len(gpu.split(",")) == 1 for _, gpu in seen)
+    assert {node for node, _ in seen} == {"node1", "node2"}
+    # The head's record agrees with what the jobs saw.
+    recorded = {(n, str(g)) for j in done for n, gs in j["gpu_ids"].items() for g in gs}
+    assert recorded == set(seen)
+
+
+def test_whole_node_job_gets_an_idle_node_while_small_jobs_pack(cluster: LiveCluster) -> None:
+    small = [cluster.submit("--wrap", "sleep 300") for _ in range(3)]
+    small_nodes = {cluster.wait_state(i, "RUNNING")["node_list"][0] for i in small}
+    assert len(small_nodes) == 1, "best fit should pack 1-GPU jobs onto one node"
+    big = cluster.submit("-g", "8", "--wrap", "echo $CUDA_VISIBLE_DEVICES > big.txt")
+    job = cluster.wait_state(big, "COMPLETED")
+    (node, gpus), = job["gpu_ids"].items()
+    assert node not in small_nodes
+    assert gpus == list(range(8))
+    assert (cluster.work / "big.txt").read_text().strip() == "0,1,2,3,4,5,6,7"
+    cluster.gq("cancel", *map(str, small), check=True)
+
+
+def test_job_past_its_time_limit_ends_timeout(cluster: LiveCluster) -> None:
+    job_id = cluster.submit("-t", "2s", "--wrap", "sleep 120")
+    job = cluster.wait_state(job_id, "TIMEOUT", "COMPLETED", "FAILED", timeout=40)
+    assert job["state"] == "TIMEOUT"
+    assert job["time_limit_s"] == 2
+
+
+def test_cancel_ends_running_job_and_its_children(cluster: LiveCluster) -> None:
+    job_id = cluster.submit("--wrap", "sleep 300 & echo $! > child.pid; wait")
+    cluster.wait_state(job_id, "RUNNING")
+    pid_file = cluster.work / "child.pid"
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the grandchild's pid")
+    child = psutil.Process(int(pid_file.read_text()))
+    assert child.name() == "sleep"
+    result = cluster.gq("cancel", str(job_id))
+    assert result.returncode == 0, result.stderr
+    assert cluster.show(job_id)["state"] == "CANCELLED"
+    wait_for(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+             "the sleep grandchild to be killed")
+    # Its GPU is free again once the node reports the run gone.
+    wait_for(lambda: not any(g["job"] for n in cluster.nodes() for g in n["gpus"]),
+             "the cancelled job's GPU to be released")
+    again = cluster.gq("cancel", str(job_id))
+    assert again.returncode == 1 and "already finished" in again.stderr
+
+
+def test_wait_returns_the_jobs_exit_code(cluster: LiveCluster) -> None:
+    result = cluster.gq("submit", "--wait", "--wrap", "exit 7")
+    assert result.returncode == 7, result.stderr
+    job_id = int(result.stdout.split()[-1])
+    assert cluster.show(job_id)["state"] == "FAILED"
+    assert cluster.gq("wait", str(job_id)).returncode == 7
+    ok = cluster.gq("submit", "--wait", "--wrap", "true")
+    assert ok.returncode == 0
+
+
+def test_output_file_holds_the_jobs_output(cluster: LiveCluster) -> None:
+    job_id = cluster.submit("-o", "out.%j.%x.txt", "-J", "greeter", "--wrap",
+                            "echo hello from $GQ_JOB_ID; echo oops >&2")
+    cluster.wait_state(job_id, "COMPLETED")
+    out = cluster.work / f"out.{job_id}.greeter.txt"
+    assert out.read_text() == f"hello from {job_id}\noops\n"
+    logs = cluster.gq("logs", str(job_id), check=True)
+    assert logs.stdout == out.read_text()
+
+
+def test_job_environment_follows_the_contract(cluster: LiveCluster) -> None:
+    job_id = cluster.submit("-g", "2", "-J", "envcheck", "--export", "NONE,FOO=bar",
+                            "--wrap", "env > env.txt")
+    cluster.wait_state(job_id, "COMPLETED")
+    env = dict(line.split("=", 1) for line in (cluster.work / "env.txt").read_text().splitlines()
+               if "=" in line)
+    assert env["GQ_JOB_ID"] == str(job_id)
+    assert env["GQ_JOB_NAME"] == "envcheck"
+    assert env["GQ_NUM_NODES"] == "1" and env["GQ_NODE_RANK"] == "0"
+    assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    assert env["GQ_GPUS"] == env["CUDA_VISIBLE_DEVICES"]
+    assert env["GQ_RESTART_COUNT"] == "0" and env["GQ_CHECKPOINT_DIR"]
+    assert env["FOO"] == "bar"
+    assert "XDG_STATE_HOME" not in env, "--export NONE must not copy the submitter's variables"
+
+
+def test_sbatch_and_gq_directives_are_honoured(cluster: LiveCluster) -> None:
+    script = cluster.work / "train.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:2 -t 10\n#SBATCH -J named\n"
+                      "#SBATCH -o out.%j\n#SBATCH --partition=gpu\n#GQ --qos pro\n"
+                      "echo gpus=$CUDA_VISIBLE_DEVICES\n")
+    result = cluster.gq("submit", "--parsable", str(script), check=True)
+    assert "partition" in result.stderr  # skipped with a warning, not silently
+    job_id = int(result.stdout)
+    job = cluster.wait_state(job_id, "COMPLETED")
+    assert (job["name"], job["gpus_per_node"], job["time_limit_s"], job["qos"]) == \
+        ("named", 2, 600, "pro")
+    assert (cluster.work / f"out.{job_id}").read_text().count(",") == 1
+
+
+def test_head_killed_after_submit_keeps_the_job(cluster: LiveCluster) -> None:
+    blockers = [cluster.submit("-g", "8", "--wrap", "sleep 300") for _ in range(2)]
+    for b in blockers:
+        cluster.wait_state(b, "RUNNING")
+    job_id = cluster.submit("--wrap", "echo survived > survived.txt")
+    head = cluster.head_pid()
+    assert head is not None
+    os.kill(head, signal.SIGKILL)  # right after `gq submit` returned the id
+    wait_for(lambda: cluster.head_pid() is None, "gqd to die")
+    assert cluster.gq("up").returncode == 0
+    assert cluster.head_pid() not in (None, head)
+    job = cluster.show(job_id)
+    assert job["state"] == "PENDING"
+    assert {cluster.show(b)["state"] for b in blockers} == {"RUNNING"}
+    # Nodes re-register with the new head and keep their jobs; the queued job then runs.
+    wait_for(lambda: all(n["state"] == "UP" for n in cluster.nodes()),
+             "the nodes to re-register")
+    cluster.gq("cancel", *map(str, blockers), check=True)
+    cluster.wait_state(job_id, "COMPLETED")
+    assert (cluster.work / "survived.txt").read_text() == "survived\n"
+
+
+def test_garbage_never_stops_gqd(cluster: LiveCluster) -> None:
+    cfg = cluster.config()
+    tcp = next(ep for ep in cfg.head.client_endpoints if ep.startswith("tcp://"))
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(tcp)
+    bad = [
+        b"\xc1\xff garbage",
+        msgpack.packb({"v": 99, "type": "ping", "rid": 5}),
+        msgpack.packb({"v": protocol.PROTOCOL_VERSION, "type": "launch_missiles", "rid": 6}),
+        msgpack.packb({"v": protocol.PROTOCOL_VERSION, "type": "submit", "rid": 7,
+                       "jobs": [{"script": 42}]}),
+        msgpack.packb([1, 2, 3]),
+    ]
+    for frame in bad:
+        sock.send(frame)
+        assert sock.poll(10_000), "gqd did not answer a malformed request"
+        reply = msgpack.unpackb(sock.recv(), raw=False)
+        assert reply["ok"] is False and reply["error"]
+    assert "version" in _reply_text(sock, bad[1])
+    assert "launch_missiles" in _reply_text(sock, bad[2])
+    # Nodes' socket too: junk is logged and dropped.
+    node = ctx.socket(zmq.DEALER)
+    node.linger = 0
+    node.setsockopt(zmq.IDENTITY, b"intruder")
+    node.connect(cfg.head.node_endpoint)
+    node.send(b"not msgpack at all")
+    wait_for(lambda: "dropping message from node 'intruder'" in cluster.log("gqd"),
+             "gqd to log the bad node message")
+    sock.send(protocol.encode(protocol.PING, rid=8))
+    assert sock.poll(10_000)
+    assert msgpack.unpackb(sock.recv(), raw=False)["ok"] is True
+    assert cluster.gq("queue").returncode == 0
+    sock.close()
+    node.close()
+
+
+def _reply_text(sock: zmq.Socket, frame: bytes) -> str:
+    sock.send(frame)
+    assert sock.poll(10_000)
+    return str(msgpack.unpackb(sock.recv(), raw=False)["error"])
+
+
+def test_json_output_has_the_documented_fields(cluster: LiveCluster) -> None:
+    import json
+    job_id = cluster.submit("-J", "jsonjob", "--wrap", "sleep 300")
+    cluster.wait_state(job_id, "RUNNING")
+    listing = json.loads(cluster.gq("queue", "--json", check=True).stdout)
+    assert listing["schema_version"] == 1
+    (job,) = [j for j in listing["jobs"] if j["id"] == job_id]
+    assert DOCUMENTED_FIELDS <= job.keys()
+    assert job["name"] == "jsonjob" and job["state"] == "RUNNING"
+    assert job["start_time"].endswith("Z") and job["end_time"] is None
+    shown = json.loads(cluster.gq("show", str(job_id), "--json", check=True).stdout)
+    assert DOCUMENTED_FIELDS <= shown.keys()
+    assert shown["gpu_ids"] == job["gpu_ids"] and len(shown["node_list"]) == 1
+    nodes = json.loads(cluster.gq("nodes", "--json", check=True).stdout)["nodes"]
+    assert sorted(n["name"] for n in nodes) == ["node1", "node2"]
+    assert sum(g["job"] == job_id for n in nodes for g in n["gpus"]) == 1
+    cluster.gq("cancel", str(job_id), check=True)
+
+
+def test_bad_input_on_the_command_line_exits_2_naming_it(cluster: LiveCluster) -> None:
+    bad = cluster.gq("submit", "-t", "5x", "--wrap", "true")
+    assert bad.returncode == 2 and "'5x'" in bad.stderr and "HH:MM:SS" in bad.stderr
+    assert cluster.gq("submit", "--bogus-flag", "--wrap", "true").returncode == 2
+    assert cluster.gq("submit", "--gpu-mem", "lots", "--wrap", "true").returncode == 2
+    script = cluster.work / "noshebang.sh"
+    script.write_text("echo hi\n")
+    assert cluster.gq("submit", str(script)).returncode == 2
+    refused = cluster.gq("submit", "-q", "platinum", "--wrap", "true")
+    assert refused.returncode == 1 and "platinum" in refused.stderr
+    assert cluster.gq("show", "999999").returncode == 1
+    with cluster.client() as c:
+        assert not c.queue(), "nothing refused may have been queued"
+
+
+def test_gq_up_is_idempotent_and_restarts_only_what_stopped(cluster: LiveCluster) -> None:
+    head, node1, node2 = cluster.head_pid(), cluster.node_pid("node1"), cluster.node_pid("node2")
+    os.kill(node2, signal.SIGKILL)
+    wait_for(lambda: cluster.node_pid("node2") is None, "node2 to die")
+    result = cluster.gq("up", check=True)
+    assert "node2" in result.stderr and "node1" not in result.stderr and "gqd" not in result.stderr
+    assert cluster.head_pid() == head and cluster.node_pid("node1") == node1
+    assert cluster.node_pid("node2") not in (None, node2)
+    assert "started" not in cluster.gq("up", check=True).stderr
+
+
+def test_no_head_exits_3_and_says_how_to_start_one(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "s"), "XDG_RUNTIME_DIR": str(tmp_path)}
+    env.pop("GQ_CONFIG", None)
+    result = subprocess.run([sys.executable, "-m", "gq.cli.main", "queue"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert "gq up" in result.stderr

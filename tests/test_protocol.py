@@ -1,0 +1,293 @@
+"""Unit tests for gq.protocol: encoding, decoding and validation of every message type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gq import protocol
+from gq.defaults import MAX_MESSAGE_BYTES, PROTOCOL_VERSION
+from gq.errors import GqError, ProtocolError
+from gq.protocol import MAX_SCRIPT, MAX_STR, SCHEMAS, SPEC_SCHEMA, check_spec, decode, encode
+
+#: One valid value per accepted type; the first listed type of a field decides.
+_SAMPLE: dict[type, Any] = {int: 7, float: 1.5, str: "x", bool: True, list: [1, "a"],
+                            dict: {"k": "v"}, type(None): None}
+
+
+def _valid_fields(schema: protocol.Schema, *, optional: bool = True) -> dict[str, Any]:
+    return {key: _SAMPLE[types[0]] for key, (types, required) in schema.items()
+            if required or optional}
+
+
+def _raw(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _msg(msg_type: str, **fields: Any) -> dict[str, Any]:
+    return {"v": PROTOCOL_VERSION, "type": msg_type, **fields}
+
+
+# ---------------------------------------------------------------- round trips
+
+
+@pytest.mark.parametrize("msg_type", sorted(SCHEMAS))
+@pytest.mark.parametrize("optional", [True, False], ids=["all-fields", "required-only"])
+def test_round_trip_every_type(msg_type: str, optional: bool):
+    fields = _valid_fields(SCHEMAS[msg_type], optional=optional)
+    out = decode(encode(msg_type, **fields))
+    assert out == _msg(msg_type, **fields)
+
+
+def test_round_trip_keeps_extra_fields_and_allowed_passes():
+    frame = encode(protocol.REPLY, rid=3, ok=False, code="refused", error="no")
+    assert decode(frame, allowed=frozenset({protocol.REPLY})) == _msg(
+        protocol.REPLY, rid=3, ok=False, code="refused", error="no")
+
+
+def test_ok_and_error_replies_decode():
+    assert decode(protocol.ok(5, id=42)) == _msg(protocol.REPLY, rid=5, ok=True, id=42)
+    assert decode(protocol.error(6, "refused", "nope")) == _msg(
+        protocol.REPLY, rid=6, ok=False, code="refused", error="nope")
+
+
+def test_float_accepted_where_number_meant_and_none_where_optional():
+    msg = decode(encode(protocol.REPORT, node="n", seq=1, job_id=2, restart=0, event="finished",
+                        state=None, exit_code=None, time=12.25))
+    assert msg["time"] == 12.25 and msg["state"] is None and msg["exit_code"] is None
+    assert decode(encode(protocol.WAIT, ids=[1], park_s=3))["park_s"] == 3
+
+
+def test_bytes_and_unicode_strings_survive():
+    msg = decode(encode(protocol.HEARTBEAT, node="gpü-01", telemetry={"0": b"\x00\xff"}))
+    assert msg["node"] == "gpü-01"
+    assert msg["telemetry"] == {"0": b"\x00\xff"}
+
+
+# ---------------------------------------------------------------- rejections
+
+
+def test_non_msgpack_bytes_rejected():
+    with pytest.raises(ProtocolError, match="undecodable"):
+        decode(b"\xc1")  # 0xc1 is never used in msgpack
+    with pytest.raises(ProtocolError, match="undecodable"):
+        decode(b"")
+    with pytest.raises(ProtocolError, match="undecodable"):
+        decode(encode(protocol.PING) + b"\x01")  # trailing data
+
+
+@pytest.mark.parametrize("obj", [[1, 2], "ping", 7, None, b"map"])
+def test_non_map_rejected(obj: Any):
+    with pytest.raises(ProtocolError, match="not a map"):
+        decode(_raw(obj))
+
+
+@pytest.mark.parametrize("version", [99, 0, "1", None])
+def test_wrong_version_rejected(version: Any):
+    with pytest.raises(ProtocolError, match=f"protocol version {version!r} not supported"):
+        decode(_raw({"v": version, "type": protocol.PING}))
+
+
+def test_missing_version_rejected():
+    with pytest.raises(ProtocolError, match="protocol version None"):
+        decode(_raw({"type": protocol.PING}))
+
+
+@pytest.mark.parametrize("msg_type", ["explode", "", 5, None, ["ping"]])
+def test_unknown_type_rejected(msg_type: Any):
+    with pytest.raises(ProtocolError, match="unknown message type"):
+        decode(_raw({"v": PROTOCOL_VERSION, "type": msg_type}))
+
+
+def test_missing_type_rejected():
+    with pytest.raises(ProtocolError, match="unknown message type None"):
+        decode(_raw({"v": PROTOCOL_VERSION}))
+
+
+def test_type_outside_allowed_set_rejected():
+    frame = encode(protocol.KILL, job_id=1, restart=0)
+    assert decode(frame, allowed=protocol.HEAD_TO_NODE)["type"] == protocol.KILL
+    with pytest.raises(ProtocolError, match="'kill'"):
+        decode(frame, allowed=protocol.CLIENT_REQUESTS)
+    with pytest.raises(ProtocolError, match="'register'"):
+        decode(encode(protocol.REGISTER, **_valid_fields(SCHEMAS[protocol.REGISTER])),
+               allowed=protocol.HEAD_TO_NODE)
+
+
+@pytest.mark.parametrize("msg_type", sorted(t for t, s in SCHEMAS.items()
+                                            if any(req for _, req in s.values())))
+def test_each_missing_required_field_rejected(msg_type: str):
+    schema = SCHEMAS[msg_type]
+    for key, (_, required) in schema.items():
+        if not required:
+            continue
+        fields = _valid_fields(schema)
+        del fields[key]
+        with pytest.raises(ProtocolError, match=f"{msg_type}: missing field '{key}'"):
+            decode(encode(msg_type, **fields))
+
+
+@pytest.mark.parametrize("msg_type,key,value,type_name", [
+    (protocol.SHOW, "id", "1", "str"),
+    (protocol.SHOW, "id", 1.0, "float"),
+    (protocol.SHOW, "id", None, "NoneType"),
+    (protocol.KILL, "job_id", True, "bool"),  # bool is an int in Python; must not pass as one
+    (protocol.REPORT, "time", False, "bool"),  # nor as a number
+    (protocol.REPORT, "exit_code", True, "bool"),
+    (protocol.SUBMIT, "jobs", {"a": 1}, "dict"),
+    (protocol.CANCEL, "user", 5, "int"),
+    (protocol.QUEUE, "all", 1, "int"),  # an int is not a bool either
+    (protocol.REGISTER, "node", b"n1", "bytes"),
+    (protocol.HEARTBEAT, "telemetry", [], "list"),
+    (protocol.REPLY, "ok", "yes", "str"),
+])
+def test_wrong_field_type_rejected(msg_type: str, key: str, value: Any, type_name: str):
+    fields = {**_valid_fields(SCHEMAS[msg_type]), key: value}
+    with pytest.raises(ProtocolError, match=f"{msg_type}: field '{key}' has type {type_name}"):
+        decode(encode(msg_type, **fields))
+
+
+def test_over_long_string_rejected():
+    ok_fields = _valid_fields(SCHEMAS[protocol.HEARTBEAT])
+    assert decode(encode(protocol.HEARTBEAT, **{**ok_fields, "node": "n" * MAX_STR}))
+    with pytest.raises(ProtocolError, match="heartbeat: field 'node' is too long"):
+        decode(encode(protocol.HEARTBEAT, **{**ok_fields, "node": "n" * (MAX_STR + 1)}))
+
+
+def test_oversized_frame_rejected_before_decoding():
+    # Valid msgpack, one byte over the limit: the size check must come first.
+    frame = encode(protocol.PING)
+    pad = b"x" * (MAX_MESSAGE_BYTES + 1 - len(frame) - 6)
+    big = encode(protocol.PING, pad=pad)
+    assert len(big) > MAX_MESSAGE_BYTES
+    with pytest.raises(ProtocolError, match=f"over the {MAX_MESSAGE_BYTES} limit"):
+        decode(big)
+
+
+def test_frame_at_limit_is_accepted():
+    frame = encode(protocol.PING)
+    # bin32 header is 5 bytes, key "pad" is 4 bytes, map grows by one entry (same fixmap byte).
+    pad = b"x" * (MAX_MESSAGE_BYTES - len(frame) - 9)
+    big = encode(protocol.PING, pad=pad)
+    assert len(big) == MAX_MESSAGE_BYTES
+    assert decode(big)["type"] == protocol.PING
+
+
+# ---------------------------------------------------------------- job specs
+
+
+def _spec(**over: Any) -> dict[str, Any]:
+    return {"script": "#!/bin/sh\necho hi\n", "args": ["a", "b"], "env": {"A": "1"}, **over}
+
+
+def test_check_spec_accepts_a_full_spec():
+    spec = {key: _SAMPLE[types[0]] for key, (types, _) in SPEC_SCHEMA.items()}
+    spec.update(args=["x"], env={"K": "V"})
+    assert check_spec(spec) is spec
+    assert check_spec(_spec()) == _spec()
+
+
+def test_check_spec_script_may_be_long_but_bounded():
+    assert check_spec(_spec(script="#" * MAX_SCRIPT))
+    with pytest.raises(ProtocolError, match="'script' is too long"):
+        check_spec(_spec(script="#" * (MAX_SCRIPT + 1)))
+    with pytest.raises(ProtocolError, match="'name' is too long"):
+        check_spec(_spec(name="n" * (MAX_STR + 1)))
+
+
+@pytest.mark.parametrize("args", [[1], ["ok", None], [b"bytes"], [["nested"]]])
+def test_check_spec_rejects_non_string_args(args: list[Any]):
+    with pytest.raises(ProtocolError, match="args must be strings"):
+        check_spec(_spec(args=args))
+
+
+@pytest.mark.parametrize("env", [{"A": 1}, {"A": None}, {"A": b"x"}, {1: "x"}, {"A": ["x"]}])
+def test_check_spec_rejects_non_string_env(env: dict[Any, Any]):
+    with pytest.raises(ProtocolError, match="env must map strings to strings"):
+        check_spec(_spec(env=env))
+
+
+@pytest.mark.parametrize("spec", [None, [], "script", 1, [("script", "x")]])
+def test_check_spec_rejects_non_dict(spec: Any):
+    with pytest.raises(ProtocolError, match="job spec is not a map"):
+        check_spec(spec)
+
+
+def test_check_spec_rejects_missing_script_and_bad_types():
+    with pytest.raises(ProtocolError, match="missing field 'script'"):
+        check_spec({"args": []})
+    with pytest.raises(ProtocolError, match="'gpus' has type bool"):
+        check_spec(_spec(gpus=True))
+    with pytest.raises(ProtocolError, match="'args' has type str"):
+        check_spec(_spec(args="a b"))
+    with pytest.raises(ProtocolError, match="'requeue' has type int"):
+        check_spec(_spec(requeue=0))
+
+
+def test_protocol_error_is_a_gq_error():
+    with pytest.raises(GqError) as info:
+        decode(b"\xc1")
+    assert info.value.code == "protocol"
+
+
+# ---------------------------------------------------------------- fuzzing
+
+_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+            | st.floats(allow_nan=True) | st.text(max_size=20) | st.binary(max_size=20))
+_objects = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=5),
+    max_leaves=12)
+_field_names = sorted({k for s in SCHEMAS.values() for k in s} | set(SPEC_SCHEMA))
+#: Maps that look like messages, so decoding gets past the envelope and into the schema checks.
+_messages = st.builds(
+    lambda v, t, fields: {"v": v, "type": t, **fields},
+    st.just(PROTOCOL_VERSION) | _scalars,
+    st.sampled_from(sorted(SCHEMAS)) | st.text(max_size=8),
+    st.dictionaries(st.sampled_from(_field_names), _objects, max_size=8))
+
+
+def _decode_is_total(frame: bytes, allowed: frozenset[str] | None = None) -> None:
+    try:
+        msg = decode(frame, allowed)
+    except ProtocolError as exc:
+        assert str(exc)
+        return
+    assert isinstance(msg, dict)
+    assert msg["type"] in SCHEMAS
+    assert allowed is None or msg["type"] in allowed
+
+
+_FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_FUZZ
+@given(st.binary(max_size=200))
+def test_decode_arbitrary_bytes(frame: bytes):
+    _decode_is_total(frame)
+
+
+@_FUZZ
+@given(_objects | _messages)
+def test_decode_arbitrary_msgpack_objects(obj: Any):
+    _decode_is_total(_raw(obj))
+
+
+@_FUZZ
+@given(_messages, st.sets(st.sampled_from(sorted(SCHEMAS))).map(frozenset))
+def test_decode_message_like_maps_with_allowed(obj: dict[str, Any], allowed: frozenset[str]):
+    _decode_is_total(_raw(obj), allowed)
+
+
+@_FUZZ
+@given(_objects)
+def test_check_spec_arbitrary_objects(obj: Any):
+    try:
+        assert check_spec(obj) is obj
+    except ProtocolError:
+        pass

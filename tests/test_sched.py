@@ -1,0 +1,388 @@
+"""Unit tests for the pure scheduler (gq.sched): priority order, best-fit placement, gang starts."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gq
+from gq.model import Gpu
+from gq.sched import NodeView, PendingJob, Plan, Policy, Snapshot, Start, plan
+from gq.sched import placement
+from gq.sched.plan import NEVER_FITS, PRIORITY, RESOURCES
+from gq.sched.priority import order, priority
+
+GiB = 1024**3
+NOW = 1_000_000.0
+POLICY = Policy(qos_priority={"free": 1, "normal": 10, "pro": 100})
+
+
+def node(name: str, n: int = 8, used: tuple[int, ...] = (), gtype: str = "h100",
+         mem: int = 80 * GiB, cpus_free: int = 64, mem_free: int = 512 * GiB,
+         schedulable: bool = True, gpus: tuple[Gpu, ...] | None = None) -> NodeView:
+    gpus = gpus if gpus is not None else tuple(Gpu(index=i, type=gtype, memory=mem)
+                                               for i in range(n))
+    free = frozenset(g.index for g in gpus) - set(used)
+    return NodeView(name=name, gpus=gpus, free=free, cpus_free=cpus_free, mem_free=mem_free,
+                    schedulable=schedulable)
+
+
+def job(job_id: int, gpus: int = 1, *, qos: str = "normal", age: float = 0.0, **kw) -> PendingJob:
+    return PendingJob(id=job_id, qos=qos, submit_time=NOW - age - job_id * 1e-3, gpus=gpus, **kw)
+
+
+def run(nodes: list[NodeView], jobs: list[PendingJob], policy: Policy = POLICY) -> Plan:
+    return plan(Snapshot(nodes=tuple(nodes), pending=tuple(jobs)), NOW, policy)
+
+
+def starts(p: Plan) -> dict[int, dict[str, tuple[int, ...]]]:
+    return {s.job_id: s.alloc for s in p.starts}
+
+
+# ---------------------------------------------------------------- placement
+
+
+def test_one_gpu_job_goes_to_busiest_node_that_fits():
+    nodes = [node("idle"), node("half", used=(0, 1, 2, 3)), node("busy", used=(0, 1, 2, 3, 4, 5)),
+             node("full", used=tuple(range(8)))]
+    p = run(nodes, [job(1)])
+    assert starts(p) == {1: {"busy": (6,)}}
+    assert p.reasons == {}
+
+
+def test_small_jobs_pack_and_leave_idle_node_whole():
+    nodes = [node("a"), node("b", used=(0,))]
+    p = run(nodes, [job(i) for i in range(1, 8)] + [job(100, 8)])
+    got = starts(p)
+    assert all(list(got[i]) == ["b"] for i in range(1, 8))
+    assert got[100] == {"a": tuple(range(8))}
+    assert sorted(g for i in range(1, 8) for g in got[i]["b"]) == list(range(1, 8))
+
+
+def test_eight_gpu_job_gets_whole_idle_node():
+    nodes = [node("busy", used=(3,)), node("idle")]
+    p = run(nodes, [job(1, 8)])
+    assert p.starts == [Start(job_id=1, alloc={"idle": (0, 1, 2, 3, 4, 5, 6, 7)})]
+
+
+def test_best_fit_ties_broken_by_name():
+    p = run([node("b"), node("a")], [job(1)])
+    assert starts(p) == {1: {"a": (0,)}}
+
+
+# ---------------------------------------------------------------- reasons
+
+
+def test_resources_then_priority_for_blocked_jobs():
+    nodes = [node("n1", used=(0, 1, 2, 3)), node("n2", used=(0, 1, 2, 3, 4))]
+    jobs = [job(1, 8, age=300), job(2, 6, age=200), job(3, 5, age=100)]
+    p = run(nodes, jobs)
+    assert p.starts == []
+    assert p.reasons == {1: RESOURCES, 2: PRIORITY, 3: PRIORITY}
+    assert RESOURCES == "Resources" and PRIORITY == "Priority"
+
+
+def test_job_that_fits_after_a_blocked_one_still_starts_and_has_no_reason():
+    p = run([node("n1", used=(0, 1, 2, 3))], [job(1, 8, age=100), job(2, 2)])
+    assert p.reasons == {1: RESOURCES}
+    assert set(starts(p)) == {2}
+
+
+@pytest.mark.parametrize("kw", [
+    {"gpus": 9},
+    {"gpus": 1, "gpu_type": "b200"},
+    {"gpus": 1, "gpu_mem": 81 * GiB},
+    {"gpus": 8, "gpu_type": "a100"},  # only 4 a100s on the mixed node
+    {"gpus": 1, "nodes": 4},  # three nodes in all
+])
+def test_never_fitting_job_gets_req_node_not_avail(kw):
+    mixed = tuple(Gpu(index=i, type="a100", memory=40 * GiB) for i in range(4)) + tuple(
+        Gpu(index=i, type="l4", memory=24 * GiB) for i in range(4, 8))
+    nodes = [node("n1"), node("n2", used=(0,)), node("mixed", gpus=mixed)]
+    p = run(nodes, [PendingJob(id=1, qos="normal", submit_time=NOW, **kw)])
+    assert p.starts == []
+    assert p.reasons == {1: NEVER_FITS}
+    assert NEVER_FITS == "ReqNodeNotAvail"
+
+
+def test_never_fitting_job_does_not_make_later_jobs_wait_for_priority():
+    nodes = [node("n1", used=tuple(range(8)))]
+    p = run(nodes, [job(1, 9, age=100), job(2, 1)])
+    assert p.reasons == {1: NEVER_FITS, 2: RESOURCES}
+
+
+def test_empty_cluster_and_empty_queue():
+    assert run([], []).starts == []
+    p = run([], [job(1)])
+    assert p.reasons == {1: NEVER_FITS}
+
+
+# ---------------------------------------------------------------- priority
+
+
+def test_higher_qos_starts_first_when_one_slot_is_free():
+    nodes = [node("n1", used=tuple(range(7)))]
+    jobs = [job(1, qos="free", age=3600), job(2, qos="normal", age=1800), job(3, qos="pro")]
+    p = run(nodes, jobs)
+    assert starts(p) == {3: {"n1": (7,)}}
+    assert p.reasons == {2: RESOURCES, 1: PRIORITY}
+    assert p.priorities[3] > p.priorities[2] > p.priorities[1]
+
+
+def test_older_job_wins_among_equal_qos():
+    nodes = [node("n1", used=tuple(range(7)))]
+    young = PendingJob(id=1, qos="normal", submit_time=NOW - 10)
+    old = PendingJob(id=2, qos="normal", submit_time=NOW - 86400)
+    p = run(nodes, [young, old])
+    assert starts(p) == {2: {"n1": (7,)}}
+    assert p.reasons == {1: RESOURCES}
+    assert p.priorities[2] > p.priorities[1]
+
+
+def test_exact_tie_goes_to_earlier_submission_then_lower_id():
+    a = PendingJob(id=5, qos="normal", submit_time=NOW - 1)
+    b = PendingJob(id=4, qos="normal", submit_time=NOW - 1)
+    c = PendingJob(id=3, qos="normal", submit_time=NOW)
+    assert [j.id for _, j in order((c, a, b), NOW, POLICY)] == [4, 5, 3]
+
+
+def test_age_factor_is_linear_and_capped():
+    policy = Policy(qos_priority={"normal": 10}, weight_qos=1000, weight_age=1000, max_age_s=100)
+    at = lambda age: priority(PendingJob(id=1, qos="normal", submit_time=NOW - age),  # noqa: E731
+                              NOW, policy)
+    assert at(0) == 10_000
+    assert at(50) == 10_500
+    assert at(100) == 11_000
+    assert at(10_000) == 11_000  # capped
+    assert at(-500) == 10_000  # submitted "in the future" (clock skew): no negative age
+
+
+def test_capped_age_cannot_beat_higher_qos():
+    policy = Policy(qos_priority={"free": 1, "pro": 100}, max_age_s=100)
+    ancient = PendingJob(id=1, qos="free", submit_time=NOW - 10**9)
+    fresh = PendingJob(id=2, qos="pro", submit_time=NOW)
+    assert priority(fresh, NOW, policy) > priority(ancient, NOW, policy)
+    p = run([node("n1", used=tuple(range(7)))], [ancient, fresh], policy)
+    assert set(starts(p)) == {2}
+
+
+def test_unknown_qos_and_nice():
+    policy = Policy(qos_priority={"normal": 10}, weight_age=0)
+    assert priority(PendingJob(id=1, qos="mystery", submit_time=NOW), NOW, policy) == 0
+    assert priority(PendingJob(id=1, qos="normal", submit_time=NOW, nice=-3), NOW, policy) == 9997
+    assert priority(PendingJob(id=1, qos="normal", submit_time=NOW, nice=5), NOW, policy) == 10005
+
+
+def test_max_age_zero_disables_age():
+    policy = Policy(qos_priority={"normal": 1}, max_age_s=0)
+    assert priority(PendingJob(id=1, qos="normal", submit_time=0), NOW, policy) == 1000
+
+
+# ---------------------------------------------------------------- filters
+
+
+def test_gpu_type_filter_beats_best_fit():
+    nodes = [node("a100s", gtype="a100", mem=40 * GiB, used=(0, 1, 2, 3, 4, 5, 6)),
+             node("h100s", gtype="h100")]
+    p = run(nodes, [job(1, gpu_type="h100"), job(2, gpu_type="H100"), job(3)])
+    got = starts(p)
+    assert list(got[1]) == ["h100s"] and list(got[2]) == ["h100s"]
+    assert got[3] == {"a100s": (7,)}
+
+
+def test_gpu_mem_filter():
+    nodes = [node("small", gtype="l4", mem=24 * GiB, used=(0,)), node("big", mem=80 * GiB)]
+    p = run(nodes, [job(1, gpu_mem=40 * GiB), job(2, gpu_mem=24 * GiB)])
+    assert list(starts(p)[1]) == ["big"]
+    assert list(starts(p)[2]) == ["small"]  # exactly enough VRAM is enough
+
+
+def test_mixed_node_gives_only_matching_gpus():
+    mixed = tuple(Gpu(index=i, type="a100", memory=40 * GiB) for i in range(4)) + tuple(
+        Gpu(index=i, type="l4", memory=24 * GiB) for i in range(4, 8))
+    nodes = [NodeView(name="m", gpus=mixed, free=frozenset({0, 2, 4, 5, 6, 7}), cpus_free=8,
+                      mem_free=GiB)]
+    p = run(nodes, [job(1, 3, gpu_type="l4"), job(2, 2, gpu_type="a100"), job(3, 1, gpu_type="l4"),
+                    job(4, 1, gpu_type="a100")])
+    assert starts(p) == {1: {"m": (4, 5, 6)}, 2: {"m": (0, 2)}, 3: {"m": (7,)}}
+    assert p.reasons == {4: RESOURCES}
+
+
+# ---------------------------------------------------------------- gang, drain, cpus/mem
+
+
+def test_gang_job_gets_distinct_nodes():
+    nodes = [node("n1"), node("n2", used=(0,)), node("n3")]
+    p = run(nodes, [job(1, 8, nodes=2)])
+    alloc = starts(p)[1]
+    assert sorted(alloc) == ["n1", "n3"]
+    assert all(g == tuple(range(8)) for g in alloc.values())
+
+
+def test_gang_job_gets_all_nodes_or_nothing():
+    nodes = [node("n1"), node("n2", used=(0,))]
+    p = run(nodes, [job(1, 8, nodes=2, age=100), job(2, 8)])
+    # The gang job cannot start, and its partial fit must not hold n1: job 2 takes it.
+    assert p.reasons == {1: RESOURCES}
+    assert starts(p) == {2: {"n1": tuple(range(8))}}
+
+
+def test_gang_job_of_one_gpu_per_node():
+    nodes = [node("n1", used=(0, 1)), node("n2", used=(0, 1, 2, 3, 4, 5, 6)), node("n3")]
+    alloc = starts(run(nodes, [job(1, 1, nodes=2)]))[1]
+    assert alloc == {"n2": (7,), "n1": (2,)}  # best fit per rank, busiest first
+
+
+def test_non_schedulable_nodes_are_never_used():
+    nodes = [node("drained", schedulable=False), node("down", schedulable=False, used=(0,)),
+             node("up", used=(0, 1, 2, 3, 4, 5))]
+    p = run(nodes, [job(1, 8), job(2), job(3), job(4)])
+    used = {n for alloc in starts(p).values() for n in alloc}
+    assert used == {"up"}
+    assert set(starts(p)) == {2, 3}
+    assert set(p.reasons) == {1, 4}
+
+
+def test_cpu_and_memory_requests_are_respected():
+    nodes = [node("fewcpu", cpus_free=4, used=(0, 1, 2, 3)),
+             node("lowmem", cpus_free=64, mem_free=8 * GiB, used=(0, 1, 2)),
+             node("roomy", cpus_free=16, mem_free=64 * GiB)]
+    p = run(nodes, [job(1, cpus=8, age=30), job(2, mem=16 * GiB, age=20), job(3, cpus=4, age=10),
+                    job(4, cpus=4, mem=8 * GiB)])
+    got = starts(p)
+    assert list(got[1]) == ["lowmem"]  # fewcpu lacks CPUs; lowmem is the best fit with 8 CPUs
+    assert list(got[2]) == ["roomy"]  # 16G fits neither fewcpu (by default 512G) ... see below
+    assert list(got[3]) == ["fewcpu"]
+    # fewcpu's 4 CPUs were taken by job 3, so job 4 goes elsewhere.
+    assert list(got[4]) == ["lowmem"]
+
+
+def test_cpu_and_memory_are_consumed_across_jobs():
+    nodes = [node("n1", cpus_free=6, mem_free=10 * GiB)]
+    p = run(nodes, [job(1, cpus=4, age=20), job(2, cpus=4, age=10), job(3, mem=11 * GiB),
+                    job(4, cpus=2, mem=10 * GiB)])
+    assert set(starts(p)) == {1, 4}
+    assert set(p.reasons) == {2, 3}
+
+
+# ---------------------------------------------------------------- properties
+
+_TYPES = ["h100", "a100", "l4"]
+
+
+@st.composite
+def snapshots(draw) -> Snapshot:
+    nodes = []
+    for i in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, 8))
+        gpus = tuple(Gpu(index=g, type=draw(st.sampled_from(_TYPES)),
+                         memory=draw(st.sampled_from([24, 40, 80])) * GiB) for g in range(n))
+        free = frozenset(draw(st.sets(st.integers(0, n - 1))))
+        nodes.append(NodeView(name=f"n{i}", gpus=gpus, free=free,
+                              cpus_free=draw(st.integers(0, 32)),
+                              mem_free=draw(st.integers(0, 64)) * GiB,
+                              schedulable=draw(st.booleans() | st.just(True))))
+    jobs = [PendingJob(id=j, qos=draw(st.sampled_from(["free", "normal", "pro", "other"])),
+                       submit_time=NOW - draw(st.integers(-10, 10**6)),
+                       nodes=draw(st.integers(1, 2)), gpus=draw(st.integers(0, 8)),
+                       gpu_type=draw(st.none() | st.sampled_from(_TYPES + ["b200"])),
+                       gpu_mem=draw(st.none() | st.sampled_from([24, 40, 80]).map(lambda m: m * GiB)),
+                       cpus=draw(st.integers(0, 8)), mem=draw(st.integers(0, 16)) * GiB)
+            for j in range(1, draw(st.integers(1, 30)) + 1)]
+    return Snapshot(nodes=tuple(nodes), pending=tuple(jobs))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_plan_invariants(state: Snapshot):
+    p = plan(state, NOW, POLICY)
+    nodes = {n.name: n for n in state.nodes}
+    jobs = {j.id: j for j in state.pending}
+    taken: set[tuple[str, int]] = set()
+    cpus = {n.name: 0 for n in state.nodes}
+    mem = {n.name: 0 for n in state.nodes}
+    started = [s.job_id for s in p.starts]
+    assert len(started) == len(set(started))
+    for s in p.starts:
+        j = jobs[s.job_id]
+        assert len(s.alloc) == j.nodes  # distinct nodes (dict keys), exactly job.nodes of them
+        for name, gpu_ids in s.alloc.items():
+            nv = nodes[name]
+            assert nv.schedulable
+            assert len(gpu_ids) == j.gpus == len(set(gpu_ids))
+            by_index = {g.index: g for g in nv.gpus}
+            for g in gpu_ids:
+                assert g in nv.free, f"job {j.id} got busy GPU {name}:{g}"
+                assert (name, g) not in taken, f"GPU {name}:{g} given twice"
+                taken.add((name, g))
+                assert j.gpu_type is None or by_index[g].type == j.gpu_type
+                assert j.gpu_mem is None or by_index[g].memory >= j.gpu_mem
+            cpus[name] += j.cpus
+            mem[name] += j.mem
+    for name, nv in nodes.items():
+        assert cpus[name] <= nv.cpus_free and mem[name] <= nv.mem_free
+    # Every pending job either starts or says why not, never both; every one has a priority.
+    assert set(started) | set(p.reasons) == set(jobs)
+    assert not set(started) & set(p.reasons)
+    assert set(p.reasons.values()) <= {RESOURCES, PRIORITY, NEVER_FITS}
+    assert set(p.priorities) == set(jobs)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_plan_is_deterministic_and_does_not_mutate_snapshot(state: Snapshot):
+    before = repr(state)
+    first, second = plan(state, NOW, POLICY), plan(state, NOW, POLICY)
+    assert first == second
+    assert repr(state) == before
+    # A job whose GPUs could never be found on any node is never told to wait for Resources.
+    for job_id, reason in first.reasons.items():
+        j = next(j for j in state.pending if j.id == job_id)
+        fits = sum(placement.could_ever_fit(n, j) for n in state.nodes)
+        assert (reason == NEVER_FITS) == (fits < j.nodes)
+
+
+# ---------------------------------------------------------------- purity
+
+FORBIDDEN = {"sqlite3", "zmq", "typer", "rich", "msgpack"}
+PKG = Path(gq.__file__).parent
+PURE_FILES = sorted(PKG.glob("sched/*.py")) + [PKG / "model.py"]
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node_ in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node_, ast.Import):
+            names.update(alias.name for alias in node_.names)
+        elif isinstance(node_, ast.ImportFrom) and node_.level == 0 and node_.module:
+            names.add(node_.module)
+    return names
+
+
+@pytest.mark.parametrize("path", PURE_FILES, ids=lambda p: str(p.relative_to(PKG)))
+def test_pure_core_imports_no_io_libraries(path: Path):
+    bad = {n for n in _imports(path) if n.split(".")[0] in FORBIDDEN}
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+    # And from the package itself, only the other pure modules.
+    internal = {n for n in _imports(path) if n.split(".")[0] == "gq"}
+    assert all(n in {"gq.model", "gq.errors", "gq.defaults"} or n.startswith("gq.sched")
+               for n in internal), internal
+
+
+def test_pure_core_files_found():
+    names = {str(p.relative_to(PKG)) for p in PURE_FILES}
+    assert {"model.py", "sched/plan.py", "sched/placement.py", "sched/priority.py"} <= names
+
+
+def test_importing_sched_loads_no_io_library():
+    code = ("import sys, gq.sched, gq.model; "
+            f"print(sorted(m for m in {sorted(FORBIDDEN)!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.strip()
+    assert out == "[]"
