@@ -7,6 +7,7 @@ else `/etc/gq/gq.toml`; else the personal cluster's path (so `gq` can say how to
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
     """The config at `path`, or found as the module docstring says."""
     chosen = Path(path) if path else find_config()
     if not chosen.exists():
-        if path:
+        if path or os.environ.get("GQ_CONFIG"):
             raise ConfigError(f"config file {chosen} does not exist")
         return Config(path="")
     try:
@@ -224,4 +225,5 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # JSON's string escapes are all valid TOML basic-string escapes (control characters too).
+    return json.dumps(str(value), ensure_ascii=False)

@@ -106,7 +106,7 @@ def decode(frame: bytes, allowed: frozenset[str] | None = None) -> dict[str, Any
         raise ProtocolError(f"undecodable message: {type(exc).__name__}") from None
     if not isinstance(msg, dict):
         raise ProtocolError("message is not a map")
-    if msg.get("v") != PROTOCOL_VERSION:
+    if type(msg.get("v")) is not int or msg["v"] != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {msg.get('v')!r} not supported "
                             f"(this peer speaks {PROTOCOL_VERSION})")
     msg_type = msg.get("type")

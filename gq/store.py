@@ -65,13 +65,22 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Autocommit mode: transactions are explicit (`tx()`), never implicit.
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        # FULL: a commit is on disk (WAL fsynced) before `submit` is answered, so an acknowledged
-        # job survives power loss, not only a crash of gqd. Group commit (one transaction per
-        # loop iteration) makes that one fsync per batch of requests, not one per job.
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("PRAGMA busy_timeout=5000")
-        self._migrate()
+        try:
+            # Check before changing anything: a database we refuse must stay byte-identical.
+            self._check_version()
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit is on disk (WAL fsynced) before `submit` is answered, so an
+            # acknowledged job survives power loss, not only a crash of gqd. Group commit (one
+            # transaction per loop iteration) makes that one fsync per batch, not one per job.
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA busy_timeout=5000")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise SchemaError(f"{self.path} is not a usable gq database: {exc}") from None
+        except SchemaError:
+            self.conn.close()
+            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -110,12 +119,14 @@ class Store:
             raise SchemaError(f"{self.path} is not a usable gq database: {exc}") from None
         return int(row[0]) if row else 0
 
-    def _migrate(self) -> None:
+    def _check_version(self) -> None:
         version = self.schema_version()
         if version > SCHEMA_VERSION:
             raise SchemaError(f"{self.path} has schema version {version}, newer than this gq "
                               f"({SCHEMA_VERSION}); refusing to touch it")
-        for target in range(version, SCHEMA_VERSION):
+
+    def _migrate(self) -> None:
+        for target in range(self.schema_version(), SCHEMA_VERSION):
             with self.tx() as c:
                 for statement in MIGRATIONS[target]:
                     c.execute(statement)

@@ -263,7 +263,7 @@ def _decode_is_total(frame: bytes, allowed: frozenset[str] | None = None) -> Non
     assert allowed is None or msg["type"] in allowed
 
 
-_FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_FUZZ

@@ -97,9 +97,6 @@ def test_newer_schema_is_refused_and_file_left_untouched(db: Path):
     assert db.read_bytes() == before
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="Store.__init__ sets PRAGMA journal_mode=WAL before checking the "
-                   "schema version, so a refused rollback-journal database is rewritten")
 def test_newer_schema_in_rollback_journal_mode_left_untouched(db: Path):
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db)
@@ -122,9 +119,6 @@ def test_garbage_file_is_not_overwritten(db: Path):
     assert db.read_bytes() == garbage
 
 
-@pytest.mark.xfail(strict=True, raises=sqlite3.DatabaseError,
-                   reason="Store.__init__ runs PRAGMA journal_mode=WAL outside any handler, so "
-                   "a non-database file raises sqlite3.DatabaseError, not SchemaError")
 def test_garbage_file_is_refused_with_schema_error(db: Path):
     db.parent.mkdir(parents=True)
     db.write_bytes(bytes(range(256)) * 16)
