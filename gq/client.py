@@ -21,6 +21,8 @@ from gq import defaults, protocol
 from gq.errors import ERRORS_BY_CODE, GqError, UnreachableError
 from gq.model import JobSpec
 
+#: How long to wait for a connection to the head before calling it unreachable, in seconds.
+CONNECT_TIMEOUT_S = 3.0
 START_HINT = "start a personal cluster with `gq up`, or point GQ_CONFIG at your cluster's config"
 
 
@@ -39,6 +41,10 @@ class Client:
     def _choose_endpoint(self) -> str:
         """The first endpoint that can work: an ipc socket must exist; TCP is tried as is."""
         endpoints = self.cfg.client_endpoints()
+        if not self.cfg.path:
+            # No config file anywhere: only a gqd on this host (its default ipc socket) can be
+            # meant; waiting on the default TCP port would only delay "no head" by a timeout.
+            endpoints = [ep for ep in endpoints if ep.startswith("ipc://")]
         for ep in endpoints:
             if not ep.startswith("ipc://") or Path(ep[len("ipc://"):]).exists():
                 return ep
@@ -50,7 +56,14 @@ class Client:
             self._ctx = zmq.Context.instance()
             self._sock = self._ctx.socket(zmq.DEALER)
             self._sock.linger = 0
+            # Queue requests only on a finished connection, so a head that is not listening
+            # shows as "cannot connect" within CONNECT_TIMEOUT_S, not as a reply timeout.
+            self._sock.setsockopt(zmq.IMMEDIATE, 1)
             self._sock.connect(self.endpoint)
+            if not self._sock.poll(int(CONNECT_TIMEOUT_S * 1000), zmq.POLLOUT):
+                self.close()
+                raise UnreachableError(f"cannot connect to the gq head at {self.endpoint}: "
+                                       f"{START_HINT}")
         return self._sock
 
     def close(self) -> None:
