@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgpack
 import psutil
+import pytest
 import zmq
 
 from gq import protocol
@@ -259,3 +260,22 @@ def test_no_head_exits_3_and_says_how_to_start_one(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 3
     assert "gq up" in result.stderr
+
+
+def test_tcp_callers_may_read_but_not_change_the_queue(cluster: LiveCluster) -> None:
+    from gq.client import Client
+    from gq.errors import PermissionDenied
+    cfg = cluster.config()
+    cfg.client.endpoints = [ep for ep in cfg.head.client_endpoints if ep.startswith("tcp://")]
+    job_id = cluster.submit("--wrap", "sleep 300")  # over ipc: the kernel vouches for us
+    with Client(cfg) as tcp:
+        assert tcp.ping()["proven"] is False
+        assert [j["id"] for j in tcp.queue()] == [job_id]
+        with pytest.raises(PermissionDenied, match="proven identity"):
+            tcp.submit([_spec(cluster, "#!/bin/sh\ntrue\n")])
+        with pytest.raises(PermissionDenied):
+            tcp.cancel([job_id])
+    assert cluster.show(job_id)["state"] in ("PENDING", "RUNNING")
+    with cluster.client() as local:
+        assert local.ping()["proven"] is True
+        local.cancel([job_id])

@@ -26,6 +26,8 @@ LAUNCH_RESEND_S = 5.0
 #: Finished jobs stay visible in `gq queue --all` this long, in seconds (Slurm's MinJobAge).
 RECENT_S = 300.0
 MAX_JOBS_PER_NODE_COUNT = 64
+#: Requests that change the queue: refused to callers whose identity the kernel did not prove.
+CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL})
 MAX_GPUS_PER_NODE = 64
 
 
@@ -92,6 +94,12 @@ class Head:
     def handle_client(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                       ) -> dict[str, Any] | None:
         """Reply data for a request, or None when the reply is deferred (wait)."""
+        if msg["type"] in CHANGING_REQUESTS and not caller.proven and not self.cfg.auth.trust_tcp:
+            # A TCP caller's uid is only claimed; acting on it would let any local user submit
+            # jobs that run as someone else. Reading stays open, as squeue's is.
+            raise PermissionDenied(
+                f"permission denied: {msg['type']} needs a proven identity; use the local ipc "
+                "socket (TCP callers are not authenticated yet)")
         handler = getattr(self, f"_req_{msg['type']}")
         return handler(msg, caller, client, now)
 

@@ -85,6 +85,11 @@ def run(run_dir: Path) -> int:
 def _start(run_dir: Path, launch: dict[str, Any]) -> subprocess.Popen[bytes]:
     spec = launch["spec"]
     uid, gid = spec["uid"], spec["gid"]
+    if os.geteuid() != 0 and uid != os.geteuid():
+        # Only root can become the job's owner; running it as gqnode's user instead would be
+        # running someone's job as someone else.
+        raise PermissionError(f"gqnode runs as uid {os.geteuid()}, not root, and cannot run a "
+                              f"job of uid {uid}")
     switch = os.geteuid() == 0 and uid != 0
     script = run_dir / "script"
     write_atomic(script, spec["script"].encode(), mode=0o700)
@@ -236,6 +241,9 @@ def _kill_session(sid: int) -> None:
 
 
 def _note(launch: dict[str, Any], text: str) -> None:
+    """Tell the job's owner why it did not start, in its error file (only as that owner)."""
+    if os.geteuid() != launch["spec"]["uid"]:
+        return  # root would write where the user may not; the status note says it instead
     with contextlib.suppress(OSError):
         with open(launch["stderr"], "a") as f:
             f.write(text + "\n")
