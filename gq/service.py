@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
 import socket
 import sys
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options every daemon takes."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--config", help="config file (default: $GQ_CONFIG or /etc/gq/gq.toml)")
+    p.add_argument("--log-level", default=os.environ.get("GQ_LOG_LEVEL", "INFO"))
+    return p
 
 
 def setup_logging(level: str = "INFO") -> None:

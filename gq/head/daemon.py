@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -237,9 +236,7 @@ def _rid_of(payload: bytes) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gqd", description="gq head daemon")
-    parser.add_argument("--config", help="config file (default: $GQ_CONFIG or /etc/gq/gq.toml)")
-    parser.add_argument("--log-level", default=os.environ.get("GQ_LOG_LEVEL", "INFO"))
+    parser = service.parser("gqd", "gq head daemon")
     args = parser.parse_args(argv)
     service.setup_logging(args.log_level)
     try:

@@ -7,7 +7,6 @@ still reports runs that ended while it was down.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -268,15 +267,13 @@ def _alive(pid: int, started: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gqnode", description="gq node daemon")
-    parser.add_argument("--config", help="config file (default: $GQ_CONFIG or /etc/gq/gq.toml)")
+    parser = service.parser("gqnode", "gq node daemon")
     parser.add_argument("--head", help="gqd's node endpoint, e.g. tcp://head:6818")
     parser.add_argument("--name", default=None, help="node name (default: the host name)")
     parser.add_argument("--fake-gpus", default=None, metavar="SPEC",
                         help="pretend to have these GPUs: 8, 8xh100:80G, 4xa100:40G,4xl4:24G")
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--addr", default=None, help="address other nodes reach this one at")
-    parser.add_argument("--log-level", default=os.environ.get("GQ_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     service.setup_logging(args.log_level)
     try:
