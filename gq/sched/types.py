@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gq.model import Gpu
+
+#: Node name -> GPU indices on it, in node rank order.
+Alloc = dict[str, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -32,32 +36,82 @@ class PendingJob:
     gpu_mem: int | None = None
     cpus: int = 0
     mem: int = 0
+    #: Seconds; 0 means no limit (the job can then never be planned around, only started).
     time_limit_s: int = 0
     #: Admin adjustment added to the computed priority.
     nice: int = 0
+    user: str = ""
+    account: str = ""
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job holding GPUs now; it is planned to hold them until start + limit."""
+
+    id: int
+    qos: str
+    alloc: Alloc
+    start_time: float
+    time_limit_s: int = 0
+    cpus: int = 0
+    mem: int = 0
+    user: str = ""
+
+    @property
+    def end_estimate(self) -> float:
+        return self.start_time + self.time_limit_s if self.time_limit_s else math.inf
 
 
 @dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[NodeView, ...]
     pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...] = ()
+    #: Decayed GPU-seconds used per user, for fair share (the caller keeps the decay).
+    usage: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Policy:
-    """The scheduler's knobs, built by the head from its config."""
+    """The scheduler's knobs, built by the head from its config (or by the simulator)."""
 
     qos_priority: dict[str, int] = field(default_factory=dict)
     weight_qos: int = 1000
     weight_age: int = 1000
     max_age_s: int = 7 * 86400
+    #: Priority points taken from a user whose decayed usage is the whole cluster's (linear).
+    weight_fairshare: int = 0
+    #: How many blocked jobs (in priority order) get a reservation; the rest wait their turn.
+    reserve_depth: int = 8
+    #: Jobs waiting longer than this always get a reservation, whatever their rank (seconds).
+    reserve_age_s: int = 86400
+    #: QOS -> the QOS it may preempt.
+    preempts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: A job started less than this long ago is not preempted (seconds).
+    preempt_exempt_s: int = 600
 
 
 @dataclass(frozen=True)
 class Start:
     job_id: int
-    #: Node name -> GPU indices, in node rank order.
-    alloc: dict[str, tuple[int, ...]]
+    alloc: Alloc
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Where and when a blocked job is planned to start; nothing may delay it."""
+
+    job_id: int
+    start: float
+    alloc: Alloc
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """Stop `victim` (signal, grace, kill, requeue) so that `for_job` can start."""
+
+    victim: int
+    for_job: int
 
 
 @dataclass
@@ -66,3 +120,5 @@ class Plan:
     #: Pending job id -> why it is still pending (Slurm's reason names).
     reasons: dict[int, str] = field(default_factory=dict)
     priorities: dict[int, int] = field(default_factory=dict)
+    reservations: dict[int, Reservation] = field(default_factory=dict)
+    preemptions: list[Preempt] = field(default_factory=list)
