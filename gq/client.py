@@ -121,6 +121,12 @@ class Client:
     def nodes(self) -> list[dict[str, Any]]:
         return list(self.request(protocol.NODES)["nodes"])
 
+    def drain(self, nodes: list[str], reason: str) -> list[str]:
+        return list(self.request(protocol.DRAIN, nodes=nodes, reason=reason)["nodes"])
+
+    def resume(self, nodes: list[str]) -> list[str]:
+        return list(self.request(protocol.RESUME, nodes=nodes)["nodes"])
+
     def wait(self, ids: list[int], timeout_s: float | None = None) -> list[dict[str, Any]]:
         """Block until every job has ended (or `timeout_s` passes); their final records.
 

@@ -26,6 +26,8 @@ from gq.pidfile import read_alive
 #: How long `up` waits for the daemons to answer, and `down` for them to exit, in seconds.
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
+#: Drain reason `gq down` leaves on its nodes; `gq up` resumes only nodes drained for it.
+DOWN_REASON = "gq down"
 
 
 @dataclass
@@ -127,6 +129,10 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
                f"gqnode {name} to start", layout.log(name))
     _until(lambda: _registered(client, {m["name"] for m in members}, set(started), started_at),
            "the nodes to register", layout.log(members[0]["name"]) if members else None)
+    downed = [n["name"] for n in client.nodes()
+              if n["state"] == "DRAIN" and n["reason"] == DOWN_REASON]
+    if downed:
+        client.resume(downed)
     client.close()
     return cfg
 
@@ -209,6 +215,10 @@ def down(layout: Layout | None = None, say: Callable[[str], None] = lambda _: No
 def _cancel_running(cfg: config_mod.Config, say: Callable[[str], None]) -> None:
     try:
         with Client(cfg, timeout_s=5.0) as client:
+            # Drain first: GPUs freed by the cancels must not start pending jobs as we go.
+            names = [n["name"] for n in client.nodes() if n["state"] == "UP"]
+            if names:
+                client.drain(names, DOWN_REASON)
             running = [j["id"] for j in client.queue(states=["RUNNING"])]
             if running:
                 client.cancel(running)

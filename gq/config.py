@@ -67,6 +67,16 @@ class SchedulerConfig:
     #: Priority points a job gains by waiting `max_age_s` (linear, then flat).
     weight_age: int = 1000
     max_age_s: int = 7 * 86400
+    #: Priority points of a user with no recent usage (fewer as their share of usage grows).
+    weight_fairshare: int = 500
+    #: Half-life of the GPU-seconds counted for fair share, in seconds.
+    fairshare_half_life_s: int = 7 * 86400
+    #: How many blocked jobs (in priority order) get a reservation each pass.
+    reserve_depth: int = 8
+    #: Jobs pending longer than this always get a reservation, in seconds.
+    reserve_age_s: int = 86400
+    #: A job that started less than this long ago is not preempted, in seconds.
+    preempt_exempt_s: int = 600
 
 
 @dataclass
@@ -205,7 +215,7 @@ def find_config() -> Path:
 
 def _personal_head_alive() -> bool:
     from gq.pidfile import read_alive
-    return read_alive(personal_dir() / "gqd.pid") is not None
+    return read_alive(personal_dir() / "head" / "gqd.pid") is not None
 
 
 def to_toml(cfg: Config) -> str:

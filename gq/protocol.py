@@ -21,6 +21,8 @@ QUEUE = "queue"
 SHOW = "show"
 NODES = "nodes"
 WAIT = "wait"
+DRAIN = "drain"
+RESUME = "resume"
 # Head -> client.
 REPLY = "reply"
 # Node -> head.
@@ -69,6 +71,8 @@ SCHEMAS: dict[str, Schema] = {
     SHOW: {"id": (_INT, True)},
     NODES: {},
     WAIT: {"ids": (_LIST, True), "park_s": (_NUM, False)},
+    DRAIN: {"nodes": (_LIST, True), "reason": (_STR, True)},
+    RESUME: {"nodes": (_LIST, True)},
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                "mem": (_INT, True), "running": (_LIST, True), "gpu_source": (_STR, False),
                "addr": (_STR, False)},
@@ -87,7 +91,7 @@ SCHEMAS: dict[str, Schema] = {
     REPLY: {"rid": (_INT, True), "ok": (_BOOL, True)},
 }
 
-CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT})
+CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 

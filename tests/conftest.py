@@ -93,6 +93,15 @@ class LiveCluster:
     def node_pid(self, name: str) -> int | None:
         return read_alive(self.state / "nodes" / name / "gqnode.pid")
 
+    def reconfigure(self, toml: str) -> None:
+        """Add config sections and have gqd reload them (SIGHUP), as a sysadmin would."""
+        before = self.log("gqd").count("configuration reloaded")
+        with open(self.config_path, "a") as f:
+            f.write("\n" + toml + "\n")
+        os.kill(self.head_pid(), signal.SIGHUP)
+        wait_for(lambda: self.log("gqd").count("configuration reloaded") > before,
+                 "gqd to reload its configuration")
+
     def log(self, name: str) -> str:
         path = self.state / "logs" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""

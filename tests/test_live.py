@@ -69,6 +69,8 @@ def test_job_past_its_time_limit_ends_timeout(cluster: LiveCluster) -> None:
     job = cluster.wait_state(job_id, "TIMEOUT", "COMPLETED", "FAILED", timeout=40)
     assert job["state"] == "TIMEOUT"
     assert job["time_limit_s"] == 2
+    unlimited = cluster.submit("-t", "UNLIMITED", "--wrap", "true")
+    assert cluster.wait_state(unlimited, "COMPLETED")["time_limit_s"] == 0
 
 
 def test_cancel_ends_running_job_and_its_children(cluster: LiveCluster) -> None:
@@ -279,3 +281,35 @@ def test_tcp_callers_may_read_but_not_change_the_queue(cluster: LiveCluster) -> 
     with cluster.client() as local:
         assert local.ping()["proven"] is True
         local.cancel([job_id])
+
+
+def test_drained_node_gets_no_new_jobs_until_resumed(cluster: LiveCluster) -> None:
+    drained = cluster.gq("admin", "drain", "node1", "--reason", "bad fan")
+    assert drained.returncode == 0, drained.stderr
+    node1 = next(n for n in cluster.nodes() if n["name"] == "node1")
+    assert (node1["state"], node1["reason"]) == ("DRAIN", "bad fan")
+    first = cluster.submit("--wrap", "sleep 300")
+    assert cluster.wait_state(first, "RUNNING")["node_list"] == ["node2"]
+    assert cluster.gq("admin", "resume", "node1").returncode == 0
+    # Best fit would pack onto node2, so prove node1 is usable again with a whole-node job.
+    big = cluster.submit("-g", "8", "--wrap", "true")
+    assert cluster.wait_state(big, "COMPLETED")["node_list"] == ["node1"]
+    assert cluster.gq("admin", "drain", "nosuchnode", "--reason", "x").returncode == 1
+    cluster.gq("cancel", str(first), check=True)
+
+
+def test_down_cancels_running_jobs_without_starting_queued_ones(cluster: LiveCluster) -> None:
+    from tests.conftest import _session_leftovers
+    running = [cluster.submit("-g", "8", "--wrap", "sleep 300") for _ in range(2)]
+    for job_id in running:
+        cluster.wait_state(job_id, "RUNNING")
+    queued = cluster.submit("--wrap", "touch started.marker")
+    result = cluster.gq("down", check=True)
+    assert "cancelled 2 running" in result.stderr
+    assert cluster.head_pid() is None
+    assert not _session_leftovers(cluster.root), "gq down left processes behind"
+    assert not (cluster.work / "started.marker").exists(), "a queued job started during down"
+    cluster.gq("up", check=True)
+    assert cluster.wait_state(queued, "COMPLETED")["restart_count"] == 0
+    assert (cluster.work / "started.marker").exists()
+    assert {cluster.show(j)["state"] for j in running} == {"CANCELLED"}

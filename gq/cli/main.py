@@ -16,11 +16,22 @@ app = typer.Typer(
     help="gq: a batch queue for GPU clusters. `gq up` starts a personal cluster on this host.")
 
 
+_registered = False
+
+
 def _register() -> None:
-    from gq.cli import cluster, jobs, submit
+    """Add the commands (once): done lazily so `import gq.cli.main` stays cheap."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from gq.cli import admin, cluster, jobs, submit
     submit.register(app)
     jobs.register(app)
     cluster.register(app)
+    admin.register(app)
+    from gq.cli import sim
+    sim.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +16,9 @@ from gq import defaults, protocol
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
 from gq.head.auth import Caller
-from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
-from gq.sched import NodeView, PendingJob, Policy, Snapshot, plan
+from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration, iso_time
+from gq.head.usage import Usage
+from gq.sched import NodeView, PendingJob, Policy, Reservation, RunningJob, Snapshot, plan
 from gq.store import Store
 
 log = logging.getLogger("gq.head")
@@ -26,8 +28,11 @@ LAUNCH_RESEND_S = 5.0
 #: Finished jobs stay visible in `gq queue --all` this long, in seconds (Slurm's MinJobAge).
 RECENT_S = 300.0
 MAX_JOBS_PER_NODE_COUNT = 64
+#: `reason` of a running job being preempted; it is requeued (or ends PREEMPTED) once stopped.
+PREEMPTED = "Preempted"
 #: Requests that change the queue: refused to callers whose identity the kernel did not prove.
-CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL})
+CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
+                               protocol.RESUME})
 MAX_GPUS_PER_NODE = 64
 
 
@@ -66,10 +71,14 @@ class Head:
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
         self.cfg = cfg
+        sc = cfg.scheduler
         self.policy = Policy(qos_priority={n: q.priority for n, q in cfg.qos.items()},
-                             weight_qos=cfg.scheduler.weight_qos,
-                             weight_age=cfg.scheduler.weight_age,
-                             max_age_s=cfg.scheduler.max_age_s)
+                             weight_qos=sc.weight_qos, weight_age=sc.weight_age,
+                             max_age_s=sc.max_age_s, weight_fairshare=sc.weight_fairshare,
+                             reserve_depth=sc.reserve_depth, reserve_age_s=sc.reserve_age_s,
+                             preempts={n: tuple(q.preempts) for n, q in cfg.qos.items()
+                                       if q.preempts},
+                             preempt_exempt_s=sc.preempt_exempt_s)
         self.dirty = True
 
     def load(self) -> None:
@@ -82,6 +91,11 @@ class Head:
                 node.state, node.reason = NodeState.DOWN, "not registered since gqd started"
             self.nodes[node.name] = node
         self.registered: set[str] = set()
+        self.reservations: dict[int, Reservation] = {}
+        self.usage = Usage(self.cfg.scheduler.fairshare_half_life_s)
+        now = time.time()
+        for job in self.store.finished_jobs(since=now - 4 * self.usage.half_life_s, limit=100_000):
+            self.usage.charge(job, job.end_time or now)
         self.launches: dict[int, Launch] = {}
         for job in self.jobs.values():
             if job.holds_alloc:
@@ -141,11 +155,12 @@ class Head:
             raise RefusedError(f"unknown QOS {spec.qos!r}; known: {', '.join(sorted(self.cfg.qos))}")
         if spec.time_limit_s is None:
             spec.time_limit_s = qos.default_time_s
-        if spec.time_limit_s <= 0:
-            raise UsageError(f"bad time limit {spec.time_limit_s}: must be positive")
-        if qos.max_time_s and spec.time_limit_s > qos.max_time_s:
-            raise RefusedError(f"time limit {spec.time_limit_s}s is over the {spec.qos!r} QOS "
-                               f"maximum of {qos.max_time_s}s")
+        if spec.time_limit_s < 0:
+            raise UsageError(f"bad time limit {spec.time_limit_s}: must not be negative")
+        if qos.max_time_s and not 0 < spec.time_limit_s <= qos.max_time_s:
+            # 0 is UNLIMITED, which a capped QOS cannot grant either.
+            raise RefusedError(f"time limit {format_duration(spec.time_limit_s)} is over the "
+                               f"{spec.qos!r} QOS maximum of {format_duration(qos.max_time_s)}")
         if spec.gpu_type:
             spec.gpu_type = spec.gpu_type.lower()
         return spec
@@ -201,6 +216,8 @@ class Head:
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
                     cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem)
+        if (res := self.reservations.get(job.id)) is not None:
+            data.update(expected_start=iso_time(res.start), expected_nodes=list(res.alloc))
         return {"job": data}
 
     def _req_nodes(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
@@ -216,6 +233,39 @@ class Head:
                 gpu["job"] = holders.get((node.name, gpu["index"]))
             out.append(data)
         return {"nodes": out}
+
+    def _req_drain(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        """Take nodes out of scheduling; running jobs carry on (Slurm's DRAIN)."""
+        nodes = self._admin_nodes(msg, caller)
+        if not msg["reason"].strip():
+            raise UsageError("a drain needs a reason (--reason)")
+        for node in nodes:
+            # DRAIN even while DOWN, so that the node stays drained when it comes back.
+            node.state, node.reason = NodeState.DRAIN, msg["reason"]
+            self.store.save_node(node)
+        return {"nodes": [n.name for n in nodes]}
+
+    def _req_resume(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        nodes = self._admin_nodes(msg, caller)
+        for node in nodes:
+            if node.state == NodeState.DRAIN:
+                node.state = NodeState.UP
+            node.reason = "" if node.state == NodeState.UP else node.reason
+            self.store.save_node(node)
+        self.dirty = True
+        return {"nodes": [n.name for n in nodes]}
+
+    def _admin_nodes(self, msg: dict[str, Any], caller: Caller) -> list[Node]:
+        if not caller.admin:
+            raise PermissionDenied(f"permission denied: only admins manage nodes "
+                                   f"({caller.user} is not in [auth] admins)")
+        names = msg["nodes"]
+        if not all(isinstance(n, str) for n in names):
+            raise ProtocolError("nodes must be names")
+        unknown = [n for n in names if n not in self.nodes]
+        if unknown:
+            raise NotFoundError(f"no such node: {', '.join(unknown)}")
+        return [self.nodes[n] for n in names]
 
     def _req_wait(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                   ) -> dict | None:
@@ -310,6 +360,10 @@ class Head:
             self._rank_finished(job, launch, now)
 
     def _rank_finished(self, job: Job, launch: Launch, now: float) -> None:
+        if job.state == JobState.RUNNING and job.reason == PREEMPTED:
+            if not launch.holding:
+                self._requeue_preempted(job, now)
+            return
         if job.state == JobState.RUNNING:
             failed = [(s, c) for s, c in launch.results.values() if s != JobState.COMPLETED.value]
             if failed or len(launch.results) == len(job.alloc):
@@ -322,7 +376,24 @@ class Head:
         if not launch.holding:
             self._release(job)
 
+    def _requeue_preempted(self, job: Job, now: float) -> None:
+        """A preempted job has stopped on every node: back in the queue as its next run."""
+        self.launches.pop(job.id, None)
+        self.usage.charge(job, now)
+        if not job.spec.requeue:
+            job.holds_alloc = False
+            self._finish(job, JobState.PREEMPTED, now, exit_code=None)
+            return
+        job.state, job.reason, job.alloc, job.start_time = JobState.PENDING, "", {}, None
+        job.holds_alloc = False
+        job.restart_count += 1
+        self.store.update_job(job)
+        self.dirty = True
+        log.info("job %d preempted and requeued (run %d next)", job.id, job.restart_count)
+
     def _finish(self, job: Job, state: JobState, now: float, exit_code: int | None) -> None:
+        if job.state == JobState.RUNNING:
+            self.usage.charge(job, now)
         job.state, job.end_time, job.exit_code, job.reason = state, now, exit_code, ""
         if job.id not in self.launches:
             job.holds_alloc = False
@@ -389,7 +460,12 @@ class Head:
                         if j.state == JobState.PENDING)
         if not pending:
             return
-        result = plan(Snapshot(nodes=self._node_views(), pending=pending), now, self.policy)
+        result = plan(Snapshot(nodes=self._node_views(), pending=pending,
+                               running=self._running_views(), usage=self.usage.at(now)),
+                      now, self.policy)
+        self.reservations = result.reservations
+        for preempt in result.preemptions:
+            self._preempt(self.jobs[preempt.victim], preempt.for_job)
         for job_id, reason in result.reasons.items():
             job = self.jobs[job_id]
             if job.reason != reason:
@@ -405,6 +481,24 @@ class Head:
             self.store.update_job(job, "state", "reason", "start_time", "alloc", "holds_alloc")
             self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))
             self._send_launch(job, now)
+
+    def _preempt(self, victim: Job, for_job: int) -> None:
+        """Signal the victim (grace, then kill, on the node); it is requeued when it has ended."""
+        log.info("preempting job %d for job %d", victim.id, for_job)
+        victim.reason = PREEMPTED
+        self.store.update_job(victim, "reason")
+        for node in victim.alloc:
+            self.outbox_nodes.append((node, protocol.encode(
+                protocol.KILL, job_id=victim.id, restart=victim.restart_count, signal="TERM")))
+
+    def _running_views(self) -> tuple[RunningJob, ...]:
+        return tuple(RunningJob(id=j.id, qos=j.spec.qos or defaults.DEFAULT_QOS,
+                                alloc={n: tuple(g) for n, g in j.alloc.items()},
+                                start_time=j.start_time or 0.0,
+                                time_limit_s=j.spec.time_limit_s or 0, cpus=j.spec.cpus,
+                                mem=j.spec.mem, user=j.spec.user,
+                                ending=j.state != JobState.RUNNING or j.reason == PREEMPTED)
+                     for j in self.jobs.values() if j.holds_alloc)
 
     def _node_views(self) -> tuple[NodeView, ...]:
         used: dict[str, set[int]] = {n: set() for n in self.nodes}
@@ -446,7 +540,7 @@ def _pending_view(job: Job) -> PendingJob:
     s = job.spec
     return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
                       nodes=s.nodes, gpus=s.gpus, gpu_type=s.gpu_type, gpu_mem=s.gpu_mem,
-                      cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0)
+                      cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0, user=s.user)
 
 
 def _primary_gid(uid: int, fallback: int) -> int:

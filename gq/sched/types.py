@@ -56,6 +56,9 @@ class RunningJob:
     cpus: int = 0
     mem: int = 0
     user: str = ""
+    #: Being stopped (cancelled or preempted): never chosen again, and its GPUs are as good
+    #: as free for planning.
+    ending: bool = False
 
     @property
     def end_estimate(self) -> float:

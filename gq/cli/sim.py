@@ -1,0 +1,126 @@
+"""`gq sim`: replay a job trace through gq's scheduler and the baselines, side by side."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from gq.cli import render
+
+if TYPE_CHECKING:  # the simulator is imported inside the command, so `gq submit` never loads it
+    from gq.sim.engine import Cluster, ProgressFn
+    from gq.sim.metrics import Metrics
+    from gq.sim.trace import TraceJob, TraceOptions
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sim")(sim)
+
+
+def sim(
+    trace: str = typer.Argument(..., help="trace CSV (../shared/traces format: Philly or Alibaba)"),
+    vc: Optional[str] = typer.Option(None, "--vc", help="Philly virtual cluster to replay"),
+    nodes: int = typer.Option(..., "-n", "--nodes", help="nodes in the simulated cluster"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node"),
+    policy: list[str] = typer.Option(["gq"], "--policy", help="gq|easy|fifo|firstfit; repeat or comma-separate to compare"),
+    limits: str = typer.Option("exact", "--limits", help="time limit = runtime x k: exact (1), x2 (2), random (U[1,5])"),
+    seed: int = typer.Option(0, "--seed", help="seed of random limits and the QOS mix"),
+    qos_mix: Optional[str] = typer.Option(None, "--qos-mix", help="QOS shares, e.g. pro=0.2,free=0.8 (default: all normal)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
+) -> int:
+    """Replay a trace on a simulated clock and report waits, slowdown, utilization and fairness."""
+    from gq.errors import UsageError
+    from gq.sim import replay, trace as trace_mod
+    from gq.sim.engine import Cluster
+    if nodes < 1 or gpus_per_node < 1:
+        raise UsageError("--nodes and --gpus-per-node must be at least 1")
+    names = replay.parse_policies(policy)
+    opts = trace_mod.TraceOptions(vc=vc, limits=limits, seed=seed, gpus_per_node=gpus_per_node,
+                                  qos_mix=trace_mod.parse_qos_mix(qos_mix))
+    try:
+        jobs = trace_mod.load(trace, opts)
+    except OSError as exc:
+        raise UsageError(f"cannot read trace {trace}: {exc.strerror or exc}") from None
+    cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node)
+    results = _run_all(jobs, cluster, names)
+    if as_json:
+        render.emit_json(_document(trace, opts, cluster, len(jobs), results))
+    else:
+        print(_describe(trace, opts, cluster, len(jobs)))
+        render.table(*_rows(results))
+    return 0
+
+
+def _run_all(jobs: list[TraceJob], cluster: Cluster, names: list[str]) -> dict[str, Metrics]:
+    from gq.sim.replay import replay
+    results = {}
+    with _progress(len(jobs)) as start_bar:
+        for name in names:
+            results[name] = replay(jobs, cluster, name, start_bar(name))
+    return results
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[str], ProgressFn | None]]:
+    """A bar per policy on stderr, only when a person is watching it."""
+    if not sys.stderr.isatty():
+        yield lambda name: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        def start_bar(name: str) -> ProgressFn:
+            task = bar.add_task(f"replaying ({name})", total=total)
+            return lambda done, _total: bar.update(task, completed=done)
+        yield start_bar
+
+
+def _describe(path: str, opts: TraceOptions, cluster: Cluster, jobs: int) -> str:
+    from gq.sim.trace import DEFAULT_QOS, describe_limits
+    where = f" vc {opts.vc}" if opts.vc else ""
+    mix = ",".join(f"{n}={s:g}" for n, s in opts.qos_mix) or f"all {DEFAULT_QOS}"
+    return (f"# {path}{where}: {jobs} jobs on {cluster.nodes} x {cluster.gpus_per_node} GPUs; "
+            f"{describe_limits(opts)}; QOS {mix}; times in hours")
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.2f}"
+
+
+def _rows(results: dict[str, Metrics]) -> tuple[list[str], list[list[Any]]]:
+    """One row per metric, one column per policy, so policies read side by side."""
+    ms = list(results.values())
+    rows: list[list[Any]] = [
+        ["jobs", *(m.jobs for m in ms)],
+        ["makespan", *(_h(m.makespan_s) for m in ms)],
+        ["GPU utilization", *(f"{m.utilization:.1%}" for m in ms)],
+    ]
+    for label, pick in (("wait", lambda m: m.wait), ("wait 1-GPU", lambda m: m.wait_1gpu),
+                        ("wait >=8-GPU", lambda m: m.wait_big)):
+        for stat in ("avg", "p50", "p95", "p99", "max"):
+            rows.append([f"{label} {stat}", *(_h(getattr(pick(m), stat)) for m in ms)])
+    rows += [
+        ["avg JCT", *(_h(m.avg_jct_s) for m in ms)],
+        ["avg bounded slowdown", *(f"{m.avg_bounded_slowdown:.2f}" for m in ms)],
+        ["Jain fairness", *(f"{m.jain:.3f} ({m.jain_groups} {m.jain_over})" for m in ms)],
+        ["preemptions", *(m.preemptions for m in ms)],
+        ["lost GPU-hours", *(f"{m.lost_gpu_h:.1f}" for m in ms)],
+    ]
+    if any(m.unfinished or m.rejected for m in ms):
+        rows += [["unfinished", *(m.unfinished for m in ms)], ["rejected", *(m.rejected for m in ms)]]
+    rows.append(["sim wall (s)", *(f"{m.wall_s:.1f}" for m in ms)])
+    return ["METRIC", *(n.upper() for n in results)], rows
+
+
+def _document(path: str, opts: TraceOptions, cluster: Cluster, jobs: int,
+              results: dict[str, Metrics]) -> dict[str, Any]:
+    from gq.sim.trace import describe_limits
+    return {"schema_version": render.JSON_SCHEMA_VERSION, "trace": path, "vc": opts.vc,
+            "jobs": jobs, "nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
+            "limits": opts.limits, "limits_model": describe_limits(opts), "seed": opts.seed,
+            "qos_mix": dict(opts.qos_mix),
+            "results": [{"policy": name, **m.to_json()} for name, m in results.items()]}

@@ -1,0 +1,311 @@
+"""The discrete-event engine: a simulated clock, submissions and job ends, one policy call per instant.
+
+The policy sees exactly what gqd's scheduler sees (a Snapshot: nodes, pending jobs, running jobs
+with their limits, usage) and never a job's true runtime. The engine checks every decision it
+applies, so a policy that would over-allocate a GPU fails loudly instead of skewing the results.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gq.model import FAKE_GPU_MEMORY, Gpu
+from gq.sched.types import (NodeView, PendingJob, Plan, Policy, Preempt, RunningJob, Snapshot,
+                            Start)
+from gq.sim.trace import TraceJob
+
+PolicyFn = Callable[[Snapshot, float, Policy], Plan]
+ProgressFn = Callable[[int, int], None]
+
+#: Policy calls allowed at one instant. A preemption frees GPUs, which is an event of its own
+#: (the victim exits; the simulator models no grace time), so the engine plans again at once.
+MAX_PASSES_PER_INSTANT = 8
+#: Half-life of the decayed GPU-seconds per user handed to the policy for fair share (Slurm's
+#: PriorityDecayHalfLife default is 7 days).
+USAGE_HALF_LIFE_S = 7 * 86400.0
+#: Instants between progress reports: often enough for a bar, rare enough to cost nothing.
+PROGRESS_EVERY = 512
+
+# Event kinds; at one instant ends are handled before wake-ups (the order does not change
+# the outcome, since the policy runs once after the whole batch, but it keeps replays stable).
+_END, _WAKE = 0, 1
+
+
+class SimInvariantError(AssertionError):
+    """A decision the engine refuses: a GPU given twice, a job started twice, a bad allocation."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    gpus_per_node: int = 8
+    gpu_type: str = "fake"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def names(self) -> list[str]:
+        # Zero-padded so that name order is numeric order (baselines place in name order).
+        width = max(3, len(str(self.nodes)))
+        return [f"n{i:0{width}d}" for i in range(1, self.nodes + 1)]
+
+    def can_ever_hold(self, job: TraceJob) -> bool:
+        return job.nodes <= self.nodes and job.gpus <= self.gpus_per_node
+
+
+@dataclass
+class Outcome:
+    """What happened to one job; `start` is the start of its last run (the one that finished)."""
+
+    job: TraceJob
+    start: float | None = None
+    end: float | None = None
+    #: Times it was preempted and requeued.
+    restarts: int = 0
+    #: GPU-seconds of runs that preemption threw away.
+    lost_gpu_s: float = 0.0
+    #: It ran into its time limit before its trace runtime (TIMEOUT).
+    timed_out: bool = False
+
+
+@dataclass
+class SimResult:
+    cluster: Cluster
+    outcomes: list[Outcome]
+    #: Jobs larger than the cluster: refused at submit, as gqd refuses them.
+    rejected: list[TraceJob] = field(default_factory=list)
+    preemptions: int = 0
+    plan_calls: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def unfinished(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.end is None]
+
+
+@dataclass
+class _Run:
+    job: TraceJob
+    view: RunningJob
+    #: Bumped on every start, so that the end event of a preempted run is recognised as stale.
+    epoch: int
+
+
+def pending_view(job: TraceJob) -> PendingJob:
+    return PendingJob(id=job.id, qos=job.qos, submit_time=job.submit_time, nodes=job.nodes,
+                      gpus=job.gpus, time_limit_s=job.time_limit_s, user=job.user)
+
+
+class Usage:
+    """Decayed GPU-seconds per user. Values are stored scaled to a reference time, so decay costs
+    nothing per event; the reference moves forward before the scale could overflow."""
+
+    def __init__(self, half_life_s: float = USAGE_HALF_LIFE_S) -> None:
+        self.half_life_s = half_life_s
+        self.ref = 0.0
+        self.scaled: dict[str, float] = {}
+
+    def add(self, user: str, gpu_s: float, at: float) -> None:
+        if (at - self.ref) / self.half_life_s > 500:
+            self._rebase(at)
+        value = gpu_s * 2.0 ** ((at - self.ref) / self.half_life_s)
+        self.scaled[user] = self.scaled.get(user, 0.0) + value
+
+    def at(self, now: float) -> dict[str, float]:
+        factor = 2.0 ** (-(now - self.ref) / self.half_life_s)
+        return {u: v * factor for u, v in self.scaled.items()}
+
+    def _rebase(self, at: float) -> None:
+        self.scaled = self.at(at)
+        self.ref = at
+
+
+class Simulator:
+    """One replay of `jobs` on `cluster` under `policy_fn`; call `run()` once."""
+
+    def __init__(self, jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,
+                 policy: Policy | None = None, on_progress: ProgressFn | None = None,
+                 usage_half_life_s: float = USAGE_HALF_LIFE_S) -> None:
+        self.cluster = cluster
+        self.policy_fn = policy_fn
+        self.policy = policy or Policy()
+        self.on_progress = on_progress
+        fits = [j for j in jobs if cluster.can_ever_hold(j)]
+        self.result = SimResult(cluster=cluster, outcomes=[Outcome(j) for j in fits],
+                                rejected=[j for j in jobs if not cluster.can_ever_hold(j)])
+        self.outcome = {o.job.id: o for o in self.result.outcomes}
+        # Submissions are already in time order: a cursor over them, not heap entries.
+        self.arrivals = sorted(fits, key=lambda j: (j.submit_time, j.id))
+        self.next_arrival = 0
+        self.events: list[tuple[float, int, int, int]] = []  # (time, kind, job id, epoch)
+        self.wakes: set[float] = set()
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, _Run] = {}
+        self.epochs: dict[int, int] = {}
+        self.finished = 0
+        self.usage = Usage(usage_half_life_s)
+        gpus = tuple(Gpu(index=i, type=cluster.gpu_type, memory=FAKE_GPU_MEMORY)
+                     for i in range(cluster.gpus_per_node))
+        self.gpus = gpus
+        self.free: dict[str, set[int]] = {n: set(range(cluster.gpus_per_node)) for n in cluster.names()}
+        self.views: dict[str, NodeView] = {}
+        self.dirty: set[str] = set(self.free)
+        self.node_tuple: tuple[NodeView, ...] = ()
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> SimResult:
+        began = time.perf_counter()
+        instants = 0
+        while self.next_arrival < len(self.arrivals) or self.events:
+            now = self._next_time()
+            if self._take_instant(now):
+                self._schedule(now)
+            instants += 1
+            if self.on_progress and instants % PROGRESS_EVERY == 0:
+                self.on_progress(self.finished, len(self.result.outcomes))
+        if self.on_progress:
+            self.on_progress(self.finished, len(self.result.outcomes))
+        self.result.wall_s = time.perf_counter() - began
+        return self.result
+
+    def _next_time(self) -> float:
+        candidates = []
+        if self.next_arrival < len(self.arrivals):
+            candidates.append(self.arrivals[self.next_arrival].submit_time)
+        if self.events:
+            candidates.append(self.events[0][0])
+        return min(candidates)
+
+    def _take_instant(self, now: float) -> bool:
+        """Apply every event at `now`; False when all of them were stale (nothing changed)."""
+        changed = False
+        while self.events and self.events[0][0] == now:
+            _, kind, job_id, epoch = heapq.heappop(self.events)
+            if kind == _WAKE:
+                self.wakes.discard(now)
+                changed = True
+            elif self._is_current(job_id, epoch):
+                self._finish(job_id, now)
+                changed = True
+        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].submit_time == now:
+            job = self.arrivals[self.next_arrival]
+            self.pending[job.id] = pending_view(job)
+            self.next_arrival += 1
+            changed = True
+        return changed
+
+    def _is_current(self, job_id: int, epoch: int) -> bool:
+        run = self.running.get(job_id)
+        return run is not None and run.epoch == epoch
+
+    def _schedule(self, now: float) -> None:
+        for _ in range(MAX_PASSES_PER_INSTANT):
+            decided = self.policy_fn(self._snapshot(now), now, self.policy)
+            self.result.plan_calls += 1
+            preempted = self._apply(decided, now)
+            self._wake_for(decided, now)
+            if not preempted:
+                return
+
+    def _snapshot(self, now: float) -> Snapshot:
+        usage = self.usage.at(now) if self.usage.scaled else {}
+        return Snapshot(nodes=self._node_views(), pending=tuple(self.pending.values()),
+                        running=tuple(r.view for r in self.running.values()), usage=usage)
+
+    def _node_views(self) -> tuple[NodeView, ...]:
+        # Only nodes whose GPUs changed since the last pass get a new view.
+        if self.dirty:
+            for name in self.dirty:
+                self.views[name] = NodeView(name=name, gpus=self.gpus, free=frozenset(self.free[name]))
+            self.dirty.clear()
+            self.node_tuple = tuple(self.views[n] for n in self.free)
+        return self.node_tuple
+
+    def _wake_for(self, decided: Plan, now: float) -> None:
+        """Plan again when the earliest reservation is due, even if no job event falls there."""
+        due = [r.start for r in decided.reservations.values() if now < r.start < math.inf]
+        if due and min(due) not in self.wakes:
+            self.wakes.add(min(due))
+            heapq.heappush(self.events, (min(due), _WAKE, 0, 0))
+
+    # ------------------------------------------------------------ applying decisions
+
+    def _apply(self, decided: Plan, now: float) -> bool:
+        """Preemptions first (they free the GPUs a start may need), then starts."""
+        for p in decided.preemptions:
+            self._preempt(p, now)
+        for s in decided.starts:
+            self._start(s, now)
+        return bool(decided.preemptions)
+
+    def _start(self, start: Start, now: float) -> None:
+        job_view = self.pending.get(start.job_id)
+        if job_view is None:
+            raise SimInvariantError(f"start of job {start.job_id}, which is not pending")
+        self._check_alloc(job_view, start.alloc)
+        for name, gpus in start.alloc.items():
+            self.free[name].difference_update(gpus)
+            self.dirty.add(name)
+        del self.pending[start.job_id]
+        job = self.outcome[start.job_id].job
+        epoch = self.epochs.get(job.id, 0) + 1
+        self.epochs[job.id] = epoch
+        view = RunningJob(id=job.id, qos=job.qos, alloc=dict(start.alloc), start_time=now,
+                          time_limit_s=job.time_limit_s, user=job.user)
+        self.running[job.id] = _Run(job=job, view=view, epoch=epoch)
+        self.outcome[job.id].start = now
+        # The job runs its trace runtime, but the limit cuts it short (TIMEOUT).
+        end = now + min(job.runtime_s, job.time_limit_s or math.inf)
+        heapq.heappush(self.events, (end, _END, job.id, epoch))
+
+    def _check_alloc(self, job: PendingJob, alloc: dict[str, tuple[int, ...]]) -> None:
+        if len(alloc) != job.nodes:
+            raise SimInvariantError(f"job {job.id} needs {job.nodes} node(s), got {sorted(alloc)}")
+        for name, gpus in alloc.items():
+            if name not in self.free:
+                raise SimInvariantError(f"job {job.id} placed on unknown node {name!r}")
+            if len(gpus) != job.gpus or len(set(gpus)) != len(gpus):
+                raise SimInvariantError(f"job {job.id} needs {job.gpus} GPU(s) on {name}, got {gpus}")
+            if not self.free[name].issuperset(gpus):
+                busy = sorted(set(gpus) - self.free[name])
+                raise SimInvariantError(f"job {job.id} over-allocates {name} GPU(s) {busy}")
+
+    def _preempt(self, p: Preempt, now: float) -> None:
+        run = self.running.get(p.victim)
+        if run is None:
+            raise SimInvariantError(f"preemption of job {p.victim}, which is not running")
+        self._release(run, now)
+        outcome = self.outcome[p.victim]
+        outcome.lost_gpu_s += (now - run.view.start_time) * run.job.total_gpus
+        outcome.restarts += 1
+        outcome.start = None
+        self.result.preemptions += 1
+        # Requeued with its original submit time, so it keeps its age (and its place in FCFS).
+        self.pending[p.victim] = pending_view(run.job)
+
+    def _finish(self, job_id: int, now: float) -> None:
+        run = self.running[job_id]
+        self._release(run, now)
+        outcome = self.outcome[job_id]
+        outcome.end = now
+        outcome.timed_out = run.job.runtime_s > (now - run.view.start_time)
+        self.finished += 1
+
+    def _release(self, run: _Run, now: float) -> None:
+        del self.running[run.job.id]
+        for name, gpus in run.view.alloc.items():
+            self.free[name].update(gpus)
+            self.dirty.add(name)
+        if run.job.user:
+            self.usage.add(run.job.user, (now - run.view.start_time) * run.job.total_gpus, now)
+
+
+def simulate(jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,
+             policy: Policy | None = None, on_progress: ProgressFn | None = None) -> SimResult:
+    return Simulator(jobs, cluster, policy_fn, policy, on_progress).run()

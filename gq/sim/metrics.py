@@ -1,0 +1,135 @@
+"""What a replay is judged by: waits (overall, 1-GPU, >=8-GPU), JCT, slowdown, utilization, fairness.
+
+Definitions, per finished job (for a preempted job, the run that finished counts):
+wait = start - submit, run = end - start, JCT = end - submit,
+bounded slowdown = max(1, (wait + run) / max(run, TAU_S)).
+Utilization counts finished work only (GPU-seconds lost to preemption are reported apart), over
+the cluster's GPUs times the makespan (first submission to last end).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gq.sim.engine import Outcome, SimResult
+
+#: Runs shorter than this count as this long in bounded slowdown, so that a 1 s job waiting
+#: 10 s is not "11x slowed down" (the usual tau of the batch-scheduling literature).
+TAU_S = 10.0
+#: Jobs with at least this many GPUs in all are the "big" ones whose starvation we watch.
+BIG_JOB_GPUS = 8
+
+
+@dataclass(frozen=True)
+class WaitStats:
+    count: int
+    avg: float
+    p50: float
+    p95: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True)
+class Metrics:
+    jobs: int
+    #: Jobs still pending or running when the replay ran out of events (0 unless a policy stalls).
+    unfinished: int
+    #: Jobs larger than the cluster, refused at submit.
+    rejected: int
+    makespan_s: float
+    utilization: float
+    wait: WaitStats
+    wait_1gpu: WaitStats
+    wait_big: WaitStats
+    avg_jct_s: float
+    avg_bounded_slowdown: float
+    #: Jain's index of mean bounded slowdown per group: 1.0 when every group is slowed alike.
+    jain: float
+    #: "user" or "qos": what the fairness groups are (the trace has users or it does not).
+    jain_over: str
+    jain_groups: int
+    preemptions: int
+    lost_gpu_h: float
+    timeouts: int
+    plan_calls: int
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of sorted values, interpolating linearly (numpy's default)."""
+    if not ordered:
+        return 0.0
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def wait_stats(waits: Sequence[float]) -> WaitStats:
+    ordered = sorted(waits)
+    avg = sum(ordered) / len(ordered) if ordered else 0.0
+    return WaitStats(count=len(ordered), avg=avg, p50=percentile(ordered, 50),
+                     p95=percentile(ordered, 95), p99=percentile(ordered, 99),
+                     max=ordered[-1] if ordered else 0.0)
+
+
+def bounded_slowdown(wait: float, run: float, tau: float = TAU_S) -> float:
+    return max(1.0, (wait + run) / max(run, tau))
+
+
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index: (sum x)^2 / (n * sum x^2), 1.0 for equal values, 1/n at worst."""
+    squares = sum(v * v for v in values)
+    return sum(values) ** 2 / (len(values) * squares) if squares else 1.0
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _wait(o: Outcome) -> float:
+    assert o.start is not None
+    return o.start - o.job.submit_time
+
+
+def _run(o: Outcome) -> float:
+    assert o.start is not None and o.end is not None
+    return o.end - o.start
+
+
+def fairness(done: Sequence[Outcome]) -> tuple[float, str, int]:
+    """Jain's index over users when the trace names any, else over QOS tiers."""
+    by_user = any(o.job.user for o in done)
+    groups: dict[str, list[float]] = defaultdict(list)
+    for o in done:
+        groups[o.job.user if by_user else o.job.qos].append(bounded_slowdown(_wait(o), _run(o)))
+    return jain([_mean(v) for v in groups.values()]), "user" if by_user else "qos", len(groups)
+
+
+def summarize(result: SimResult) -> Metrics:
+    done = [o for o in result.outcomes if o.end is not None]
+    waits = [_wait(o) for o in done]
+    first = min((o.job.submit_time for o in result.outcomes), default=0.0)
+    makespan = max((o.end for o in done if o.end is not None), default=first) - first
+    work = sum(_run(o) * o.job.total_gpus for o in done)
+    capacity = result.cluster.total_gpus * makespan
+    fair, over, groups = fairness(done)
+    return Metrics(
+        jobs=len(done), unfinished=len(result.outcomes) - len(done), rejected=len(result.rejected),
+        makespan_s=makespan, utilization=work / capacity if capacity else 0.0,
+        wait=wait_stats(waits),
+        wait_1gpu=wait_stats([w for w, o in zip(waits, done) if o.job.total_gpus == 1]),
+        wait_big=wait_stats([w for w, o in zip(waits, done) if o.job.total_gpus >= BIG_JOB_GPUS]),
+        avg_jct_s=_mean([w + _run(o) for w, o in zip(waits, done)]),
+        avg_bounded_slowdown=_mean([bounded_slowdown(w, _run(o)) for w, o in zip(waits, done)]),
+        jain=fair, jain_over=over, jain_groups=groups,
+        preemptions=result.preemptions,
+        lost_gpu_h=sum(o.lost_gpu_s for o in result.outcomes) / 3600.0,
+        timeouts=sum(o.timed_out for o in done), plan_calls=result.plan_calls, wall_s=result.wall_s)

@@ -1,0 +1,73 @@
+"""The scheduler on live daemons: backfill around a whole-node reservation, and preemption."""
+
+from __future__ import annotations
+
+from tests.conftest import LiveCluster, wait_for
+
+
+def test_whole_node_job_gets_its_node_while_short_jobs_fill_gaps(cluster: LiveCluster) -> None:
+    # Nine 1-GPU jobs: best fit packs eight onto node1 and one onto node2, so no node is whole.
+    # node2's ends first (by its limit), so the big job's reservation is node2.
+    blockers = [cluster.submit("-t", "30m" if i < 8 else "10m", "-J", f"blocker{i}",
+                               "--wrap", "sleep 600") for i in range(9)]
+    placed = {b: cluster.wait_state(b, "RUNNING")["node_list"][0] for b in blockers}
+    lone = [b for b, n in placed.items() if n == "node2"]
+    assert len(lone) == 1, placed
+    big = cluster.submit("-g", "8", "-t", "10m", "-J", "big", "--wrap", "sleep 600")
+    wait_for(lambda: cluster.show(big)["reason"] == "Resources", "the big job to wait")
+    shown = cluster.show(big)
+    assert shown["state"] == "PENDING" and shown["expected_nodes"] == ["node2"]
+    assert shown["expected_start"] > cluster.show(lone[0])["start_time"]
+    # A short 1-GPU job ends (by its limit) before the big job's reservation: it runs now.
+    short = cluster.submit("-t", "1m", "-J", "short", "--wrap", "sleep 1")
+    assert cluster.wait_state(short, "RUNNING", "COMPLETED")["node_list"] == ["node2"]
+    # A long one would delay the reservation: it waits behind the big job.
+    long_ = cluster.submit("-t", "20m", "-J", "long", "--wrap", "sleep 600")
+    wait_for(lambda: cluster.show(long_)["reason"] in ("Priority", "Resources"),
+             "the long job to wait")
+    cluster.wait_state(short, "COMPLETED")
+    assert cluster.show(long_)["state"] == "PENDING"
+    # The lone blocker on node2 ends: the big job gets node2 at once, not the long job.
+    cluster.gq("cancel", str(lone[0]), check=True)
+    job = cluster.wait_state(big, "RUNNING", timeout=30)
+    assert job["gpu_ids"] == {"node2": list(range(8))}
+    assert cluster.show(long_)["state"] == "PENDING"
+    cluster.gq("cancel", str(big), str(long_), *(str(b) for b in blockers[:8]), check=True)
+
+
+def test_pro_job_preempts_free_job_which_checkpoints_and_resumes(cluster: LiveCluster) -> None:
+    cluster.reconfigure("[scheduler]\npreempt_exempt_s = 0")
+    work = cluster.work
+    # The free job: on start, say which run it is and whether its checkpoint exists; on SIGTERM,
+    # write the checkpoint and exit; otherwise work "forever" on the first run.
+    free_script = work / "free.sh"
+    free_script.write_text(f"""#!/bin/bash
+ckpt="$GQ_CHECKPOINT_DIR/state"
+if [ -f "$ckpt" ]; then found=yes; else found=no; fi
+echo "run=$GQ_RESTART_COUNT found=$found ckdir=$GQ_CHECKPOINT_DIR" >> {work}/free.log
+[ "$GQ_RESTART_COUNT" -ge 1 ] && exit 0
+trap 'echo saved > "$ckpt"; exit 0' TERM
+while true; do sleep 0.2; done
+""")
+    free_jobs = [int(cluster.gq("submit", "--parsable", "-q", "free", "-g", "8", "-t", "1h",
+                                str(free_script), check=True).stdout) for _ in range(2)]
+    for job_id in free_jobs:
+        cluster.wait_state(job_id, "RUNNING")
+    wait_for(lambda: (work / "free.log").exists()
+             and (work / "free.log").read_text().count("run=0") == 2, "both free jobs to start")
+    pro = cluster.submit("-q", "pro", "-g", "8", "-t", "10m", "--wrap", "sleep 2; echo pro done")
+    cluster.wait_state(pro, "RUNNING", "COMPLETED", timeout=60)
+    victims = [j for j in free_jobs if cluster.show(j)["restart_count"] == 1]
+    assert len(victims) == 1, "exactly one free job should make room"
+    victim = victims[0]
+    # The victim is requeued, restarts as run 1 once the pro job is done, and finds its file.
+    cluster.wait_state(pro, "COMPLETED")
+    final = cluster.wait_state(victim, "COMPLETED", timeout=60)
+    assert final["restart_count"] == 1
+    lines = (work / "free.log").read_text().splitlines()
+    resumed = [line for line in lines if line.startswith("run=1")]
+    assert len(resumed) == 1 and "found=yes" in resumed[0], lines
+    assert resumed[0].split("ckdir=")[1].endswith(f"/{victim}"), "checkpoint dir is per job"
+    other = next(j for j in free_jobs if j != victim)
+    assert cluster.show(other)["state"] == "RUNNING" and cluster.show(other)["restart_count"] == 0
+    cluster.gq("cancel", str(other), check=True)
