@@ -1,0 +1,199 @@
+"""Backfill, reservations and preemption in the pure scheduler, on hand-built states."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gq.model import Gpu
+from gq.sched import (NodeView, PendingJob, Policy, RunningJob, Snapshot, plan)
+
+NOW = 1_000_000.0
+POLICY = Policy(qos_priority={"normal": 10, "pro": 100, "free": 1}, preempts={"pro": ("free",)},
+                preempt_exempt_s=600)
+
+
+def gpus(n: int = 8) -> tuple[Gpu, ...]:
+    return tuple(Gpu(index=i, type="h100", memory=80 << 30) for i in range(n))
+
+
+def node(name: str, running: tuple[RunningJob, ...] = (), n: int = 8) -> NodeView:
+    used = {g for r in running for g in r.alloc.get(name, ())}
+    return NodeView(name=name, gpus=gpus(n), free=frozenset(range(n)) - used,
+                    cpus_free=64, mem_free=1 << 40)
+
+
+def running(job_id: int, where: dict[str, tuple[int, ...]], started_ago: float, limit: int,
+            qos: str = "normal", ending: bool = False) -> RunningJob:
+    return RunningJob(id=job_id, qos=qos, alloc=where, start_time=NOW - started_ago,
+                      time_limit_s=limit, ending=ending)
+
+
+def pending(job_id: int, n_gpus: int = 1, limit: int = 3600, qos: str = "normal",
+            age: float = 0.0, nodes: int = 1) -> PendingJob:
+    return PendingJob(id=job_id, qos=qos, submit_time=NOW - age - 1 + job_id * 1e-3, gpus=n_gpus,
+                      time_limit_s=limit, nodes=nodes)
+
+
+def snapshot(runs: tuple[RunningJob, ...], jobs: tuple[PendingJob, ...],
+             names: tuple[str, ...] = ("n1", "n2")) -> Snapshot:
+    return Snapshot(nodes=tuple(node(n, runs) for n in names), pending=jobs, running=runs)
+
+
+# ---------------------------------------------------------------- backfill
+
+
+def test_whole_node_job_reserves_the_node_that_frees_first() -> None:
+    runs = (running(1, {"n1": (0,)}, 0, 600), running(2, {"n2": (0,)}, 0, 7200))
+    p = plan(snapshot(runs, (pending(10, 8, age=100),)), NOW, POLICY)
+    assert not p.starts
+    res = p.reservations[10]
+    assert res.start == NOW + 600 and res.alloc == {"n1": tuple(range(8))}
+
+
+def test_short_job_backfills_before_the_reservation_long_one_waits() -> None:
+    runs = (running(1, {"n1": tuple(range(7))}, 0, 600), running(2, {"n2": tuple(range(7))}, 0, 600))
+    jobs = (pending(10, 8, age=100), pending(11, 1, limit=300), pending(12, 1, limit=86400))
+    p = plan(snapshot(runs, jobs), NOW, POLICY)
+    started = {s.job_id: s.alloc for s in p.starts}
+    assert 11 in started and 12 not in started
+    res = p.reservations[10]
+    # The short job sits on the node the big job does not need, or ends before it starts.
+    (short_node,) = started[11]
+    assert short_node not in res.alloc or NOW + 300 <= res.start
+    assert p.reasons[12] == "Priority"
+
+
+def test_later_jobs_may_use_reserved_gpus_only_until_the_reservation() -> None:
+    runs = (running(1, {"n1": (0, 1, 2, 3)}, 0, 1000),)
+    jobs = (pending(10, 8, age=100, limit=3600), pending(11, 4, limit=900),
+            pending(12, 4, limit=1100))
+    p = plan(snapshot(runs, jobs, names=("n1",)), NOW, POLICY)
+    assert [s.job_id for s in p.starts] == [11]
+    assert p.reservations[10].start == NOW + 1000
+
+
+def test_reserve_depth_limits_reservations_but_old_jobs_always_get_one() -> None:
+    runs = (running(1, {"n1": tuple(range(8))}, 0, 600),)
+    # Five higher-tier jobs rank first; the old normal job ranks last but is past reserve_age_s.
+    jobs = tuple(pending(10 + i, 8, age=10, qos="pro") for i in range(5)) + (
+        pending(99, 8, age=2 * 86400),)
+    policy = Policy(qos_priority={"normal": 10, "pro": 100}, reserve_depth=2,
+                    reserve_age_s=86400, weight_age=0)
+    p = plan(snapshot(runs, jobs, names=("n1",)), NOW, policy)
+    assert set(p.reservations) == {10, 11, 99}
+
+
+def test_unlimited_running_job_blocks_reservations_on_its_gpus() -> None:
+    runs = (running(1, {"n1": (0,)}, 0, 0),)  # no limit: never frees, as far as we know
+    p = plan(snapshot(runs, (pending(10, 8),), names=("n1",)), NOW, POLICY)
+    assert 10 not in p.reservations and p.reasons[10] == "Resources"
+
+
+# ---------------------------------------------------------------- preemption
+
+
+def test_preemption_picks_the_victim_that_loses_least() -> None:
+    runs = (running(1, {"n1": tuple(range(4))}, 5000, 86400, qos="free"),
+            running(2, {"n1": tuple(range(4, 8))}, 900, 86400, qos="free"),
+            running(3, {"n2": tuple(range(8))}, 700, 86400, qos="free"))
+    p = plan(snapshot(runs, (pending(10, 4, qos="pro"),)), NOW, POLICY)
+    # Job 2 (4 GPUs x 900 s) is cheaper than job 1 (4 x 5000) and than job 3 (8 x 700).
+    assert [(x.victim, x.for_job) for x in p.preemptions] == [(2, 10)]
+
+
+def test_preemption_takes_only_as_many_victims_as_needed() -> None:
+    runs = tuple(running(i, {"n1": (i,)}, 1000 + i, 86400, qos="free") for i in range(8))
+    p = plan(snapshot(runs, (pending(10, 3, qos="pro"),), names=("n1",)), NOW, POLICY)
+    assert sorted(x.victim for x in p.preemptions) == [0, 1, 2]
+
+
+def test_no_preemption_of_exempt_protected_or_ending_jobs() -> None:
+    runs = (running(1, {"n1": tuple(range(8))}, 60, 86400, qos="free"),      # too young
+            running(2, {"n2": tuple(range(8))}, 5000, 86400, qos="normal"))  # not preemptible
+    p = plan(snapshot(runs, (pending(10, 8, qos="pro"),)), NOW, POLICY)
+    assert not p.preemptions
+    ending = (running(1, {"n1": tuple(range(8))}, 5000, 86400, qos="free", ending=True),)
+    p = plan(snapshot(ending, (pending(10, 8, qos="pro"),), names=("n1",)), NOW, POLICY)
+    assert not p.preemptions and p.reservations[10].start <= NOW + 1
+
+
+def test_free_jobs_cannot_preempt_and_imminent_reservations_are_awaited() -> None:
+    runs = (running(1, {"n1": tuple(range(8))}, 5000, 86400, qos="free"),)
+    assert not plan(snapshot(runs, (pending(10, 8, qos="free"),), names=("n1",)), NOW,
+                    POLICY).preemptions
+    soon = (running(1, {"n1": tuple(range(8))}, 5000, 5030, qos="free"),)  # ends in 30 s
+    assert not plan(snapshot(soon, (pending(10, 8, qos="pro"),), names=("n1",)), NOW,
+                    POLICY).preemptions
+
+
+# ---------------------------------------------------------------- properties
+
+_node_names = ("a", "b", "c")
+
+
+@st.composite
+def states(draw: st.DrawFn) -> Snapshot:
+    runs: list[RunningJob] = []
+    taken: dict[str, set[int]] = {n: set() for n in _node_names}
+    for rid in range(draw(st.integers(0, 10))):
+        name = draw(st.sampled_from(_node_names))
+        free = sorted(set(range(8)) - taken[name])
+        if not free:
+            continue
+        k = draw(st.integers(1, len(free)))
+        chosen = tuple(free[:k])
+        taken[name].update(chosen)
+        runs.append(RunningJob(id=1000 + rid, qos=draw(st.sampled_from(["normal", "free"])),
+                               alloc={name: chosen}, start_time=NOW - draw(st.integers(0, 9000)),
+                               time_limit_s=draw(st.sampled_from([0, 600, 3600, 20000]))))
+    jobs = tuple(PendingJob(id=i, qos=draw(st.sampled_from(["normal", "pro", "free"])),
+                            submit_time=NOW - draw(st.integers(0, 200000)),
+                            gpus=draw(st.sampled_from([1, 1, 2, 4, 8])),
+                            nodes=draw(st.sampled_from([1, 1, 1, 2])),
+                            time_limit_s=draw(st.sampled_from([0, 300, 3600, 7200])))
+                 for i in range(draw(st.integers(1, 25))))
+    nodes = tuple(NodeView(name=n, gpus=gpus(), free=frozenset(range(8)) - taken[n],
+                           cpus_free=64, mem_free=1 << 40) for n in _node_names)
+    return Snapshot(nodes=nodes, pending=jobs, running=tuple(runs))
+
+
+def _intervals(state: Snapshot, p) -> list[tuple[str, int, float, float, str]]:
+    """(node, gpu, start, end, who) for running jobs, starts and reservations."""
+    limit = {j.id: j.time_limit_s or math.inf for j in state.pending}
+    out = []
+    for r in state.running:
+        for n, gs in r.alloc.items():
+            out += [(n, g, NOW, max(r.end_estimate, NOW + 1), f"run{r.id}") for g in gs]
+    for s in p.starts:
+        for n, gs in s.alloc.items():
+            out += [(n, g, NOW, NOW + limit[s.job_id], f"start{s.job_id}") for g in gs]
+    for res in p.reservations.values():
+        for n, gs in res.alloc.items():
+            out += [(n, g, res.start, res.start + limit[res.job_id], f"res{res.job_id}")
+                    for g in gs]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(states())
+def test_no_plan_overallocates_or_lets_anything_overlap_a_reservation(state: Snapshot) -> None:
+    p = plan(state, NOW, Policy(qos_priority={"normal": 10, "pro": 100, "free": 1},
+                                reserve_depth=4, preempts={"pro": ("free",)}))
+    by_gpu: dict[tuple[str, int], list[tuple[float, float, str]]] = {}
+    for n, g, start, end, who in _intervals(state, p):
+        by_gpu.setdefault((n, g), []).append((start, end, who))
+    for key, ivs in by_gpu.items():
+        ivs.sort()
+        for (s1, e1, w1), (s2, e2, w2) in zip(ivs, ivs[1:]):
+            assert s2 >= e1, f"{w1} [{s1},{e1}) overlaps {w2} [{s2},{e2}) on {key}"
+    pending = {j.id: j for j in state.pending}
+    for s in p.starts:
+        job = pending[s.job_id]
+        assert len(s.alloc) == job.nodes and all(len(g) == job.gpus for g in s.alloc.values())
+    decided = {s.job_id for s in p.starts} | set(p.reasons)
+    assert decided == set(pending), "every pending job starts or has a reason"
+    running_ids = {r.id for r in state.running}
+    assert {x.victim for x in p.preemptions} <= running_ids
