@@ -17,6 +17,7 @@ from typing import Any
 from gq import defaults
 from gq.errors import ConfigError, GqError
 from gq.model import parse_duration
+from gq.sched.types import Policy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,10 +72,12 @@ class SchedulerConfig:
     weight_fairshare: int = 500
     #: Half-life of the GPU-seconds counted for fair share, in seconds.
     fairshare_half_life_s: int = 7 * 86400
-    #: How many blocked jobs (in priority order) get a reservation each pass.
-    reserve_depth: int = 8
-    #: Jobs pending longer than this always get a reservation, in seconds.
-    reserve_age_s: int = 86400
+    #: Priority points per doubling of a job's response ratio (wait + limit) / limit.
+    weight_ratio: int = 1000
+    #: How many blocked jobs (in order) get a reservation each pass (1 was best in simulation).
+    reserve_depth: int = 1
+    #: Jobs pending longer than this go first and always get a reservation, in seconds.
+    reserve_age_s: int = 48 * 3600
     #: A job that started less than this long ago is not preempted, in seconds.
     preempt_exempt_s: int = 600
 
@@ -117,6 +120,17 @@ class Config:
 
     def client_endpoints(self) -> list[str]:
         return self.client.endpoints or self.head.client_endpoints
+
+    def policy(self) -> Policy:
+        """The scheduler's knobs from this config (the daemon and the simulator share it)."""
+        sc = self.scheduler
+        return Policy(qos_priority={n: q.priority for n, q in self.qos.items()},
+                      weight_qos=sc.weight_qos, weight_age=sc.weight_age, max_age_s=sc.max_age_s,
+                      weight_fairshare=sc.weight_fairshare, weight_ratio=sc.weight_ratio,
+                      reserve_depth=sc.reserve_depth,
+                      reserve_age_s=sc.reserve_age_s,
+                      preempts={n: tuple(q.preempts) for n, q in self.qos.items() if q.preempts},
+                      preempt_exempt_s=sc.preempt_exempt_s)
 
 
 _SECTIONS = {"head": HeadConfig, "node": NodeConfig, "client": ClientConfig,

@@ -159,7 +159,8 @@ def test_exact_tie_goes_to_earlier_submission_then_lower_id():
 
 
 def test_age_factor_is_linear_and_capped():
-    policy = Policy(qos_priority={"normal": 10}, weight_qos=1000, weight_age=1000, max_age_s=100)
+    policy = Policy(qos_priority={"normal": 10}, weight_qos=1000, weight_age=1000, max_age_s=100,
+                    weight_ratio=0)
     at = lambda age: priority(PendingJob(id=1, qos="normal", submit_time=NOW - age),  # noqa: E731
                               NOW, policy)
     assert at(0) == 10_000
@@ -186,7 +187,7 @@ def test_unknown_qos_and_nice():
 
 
 def test_max_age_zero_disables_age():
-    policy = Policy(qos_priority={"normal": 1}, max_age_s=0)
+    policy = Policy(qos_priority={"normal": 1}, max_age_s=0, weight_ratio=0)
     assert priority(PendingJob(id=1, qos="normal", submit_time=0), NOW, policy) == 1000
 
 
@@ -401,3 +402,12 @@ def test_importing_sched_loads_no_io_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_response_ratio_favours_short_jobs_and_grows_with_waiting():
+    policy = Policy(qos_priority={"normal": 10}, weight_age=0)
+    short = PendingJob(id=1, qos="normal", submit_time=NOW - 600, time_limit_s=600)
+    long_ = PendingJob(id=2, qos="normal", submit_time=NOW - 600, time_limit_s=36_000)
+    assert priority(short, NOW, policy) > priority(long_, NOW, policy)
+    waited = PendingJob(id=3, qos="normal", submit_time=NOW - 10 * 36_000, time_limit_s=36_000)
+    assert priority(waited, NOW, policy) > priority(short, NOW, policy)

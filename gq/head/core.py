@@ -18,7 +18,7 @@ from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedErr
 from gq.head.auth import Caller
 from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration, iso_time
 from gq.head.usage import Usage
-from gq.sched import NodeView, PendingJob, Policy, Reservation, RunningJob, Snapshot, plan
+from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, plan
 from gq.store import Store
 
 log = logging.getLogger("gq.head")
@@ -71,14 +71,7 @@ class Head:
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
         self.cfg = cfg
-        sc = cfg.scheduler
-        self.policy = Policy(qos_priority={n: q.priority for n, q in cfg.qos.items()},
-                             weight_qos=sc.weight_qos, weight_age=sc.weight_age,
-                             max_age_s=sc.max_age_s, weight_fairshare=sc.weight_fairshare,
-                             reserve_depth=sc.reserve_depth, reserve_age_s=sc.reserve_age_s,
-                             preempts={n: tuple(q.preempts) for n, q in cfg.qos.items()
-                                       if q.preempts},
-                             preempt_exempt_s=sc.preempt_exempt_s)
+        self.policy = cfg.policy()
         self.dirty = True
 
     def load(self) -> None:

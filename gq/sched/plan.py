@@ -22,7 +22,7 @@ RESOURCES = "Resources"
 PRIORITY = "Priority"
 NEVER_FITS = "ReqNodeNotAvail"
 #: Most reservations one pass makes, whatever the ages, so a pass stays cheap on a long queue.
-MAX_RESERVATIONS = 64
+MAX_RESERVATIONS = 32
 #: A reservation this close (seconds) is left to come rather than preempting for it.
 IMMINENT_S = 60.0
 
@@ -31,51 +31,98 @@ def _shape(job: PendingJob) -> tuple[object, ...]:
     return (job.nodes, job.gpus, job.gpu_type, job.gpu_mem, job.cpus, job.mem)
 
 
-def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
-    profile = Profile(state.nodes, state.running, now)
-    result = Plan()
-    # Shape -> smallest time limit that could not start now: a longer or equal one cannot either,
-    # since bookings only grow during a pass. Jobs of one shape are thus tried once, not N times.
-    failed_now: dict[tuple[object, ...], float] = {}
-    never: dict[tuple[object, ...], bool] = {}
-    blocked: list[PendingJob] = []
-    for prio, job in order(state.pending, now, policy, state.usage):
-        result.priorities[job.id] = prio
+class _Pass:
+    """The working state of one pass: the profile and what has been decided so far."""
+
+    def __init__(self, state: Snapshot, now: float, policy: Policy):
+        self.state, self.now, self.policy = state, now, policy
+        self.profile = Profile(state.nodes, state.running, now)
+        self.result = Plan()
+        # Shape -> smallest time limit that could not start now: a longer or equal one cannot
+        # either, since bookings only grow during a pass. Jobs of one shape are tried once.
+        self.failed_now: dict[tuple[object, ...], float] = {}
+        self.never: dict[tuple[object, ...], bool] = {}
+        self.blocked: list[PendingJob] = []
+
+    def consider(self, job: PendingJob, may_reserve: bool) -> None:
+        """Start `job` now if that delays no reservation; else give its reason (and maybe a
+        reservation)."""
         shape = _shape(job)
-        if shape not in never:
-            never[shape] = sum(placement.could_ever_fit(n, job) for n in state.nodes) < job.nodes
-        if never[shape]:
-            result.reasons[job.id] = NEVER_FITS
-            continue
+        if shape not in self.never:
+            self.never[shape] = sum(placement.could_ever_fit(n, job)
+                                    for n in self.state.nodes) < job.nodes
+        if self.never[shape]:
+            self.result.reasons[job.id] = NEVER_FITS
+            return
+        if not self.profile.any_free_now() and not self._needs_work(job, may_reserve):
+            # Nothing is free: nothing more can start in this pass, so only the reason is left.
+            self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
+            self.blocked.append(job)
+            return
         limit = job.time_limit_s or math.inf
-        if shape not in failed_now or failed_now[shape] > limit:
-            alloc = profile.place(job, now)
+        if shape not in self.failed_now or self.failed_now[shape] > limit:
+            alloc = self.profile.place(job, self.now)
             if alloc is not None:
-                profile.book(job, alloc, now)
-                result.starts.append(Start(job_id=job.id, alloc=alloc))
-                continue
-            failed_now[shape] = min(failed_now.get(shape, limit), limit)
-        result.reasons[job.id] = PRIORITY if blocked else RESOURCES
-        blocked.append(job)
-        if len(result.reservations) < MAX_RESERVATIONS and (
-                len(result.reservations) < policy.reserve_depth
-                or now - job.submit_time >= policy.reserve_age_s):
-            reservation = _reserve(profile, job)
+                self.profile.book(job, alloc, self.now)
+                self.result.starts.append(Start(job_id=job.id, alloc=alloc))
+                return
+            self.failed_now[shape] = min(self.failed_now.get(shape, limit), limit)
+        self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
+        self.blocked.append(job)
+        aged = self.now - job.submit_time >= self.policy.reserve_age_s
+        # A reservation only matters while something could still start in this pass (or to
+        # judge whether preempting is worth it, or to tell the user when the job should start).
+        useful = self.policy.explain or self.profile.any_free_now() \
+            or job.qos in self.policy.preempts
+        if (may_reserve or aged) and useful and len(self.result.reservations) < MAX_RESERVATIONS:
+            reservation = _reserve(self.profile, job)
             if reservation is not None:
-                profile.book(job, reservation.alloc, reservation.start)
-                result.reservations[job.id] = reservation
+                self.profile.book(job, reservation.alloc, reservation.start)
+                self.result.reservations[job.id] = reservation
+
+
+    def _needs_work(self, job: PendingJob, may_reserve: bool) -> bool:
+        """Whether a job must be looked at although no GPU is free: to reserve it for display,
+        or because it may preempt."""
+        aged = self.now - job.submit_time >= self.policy.reserve_age_s
+        return (self.policy.explain and (may_reserve or aged)) or job.qos in self.policy.preempts
+
+
+def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
+    run = _Pass(state, now, policy)
+    ranked = order(state.pending, now, policy, state.usage)
+    for prio, job in ranked:
+        run.result.priorities[job.id] = prio
+    # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
+    # whatever the order of the rest, nothing can push them back (no starvation).
+    rest: list[PendingJob] = []
+    for i, (_, job) in enumerate(ranked):
+        if len(run.blocked) >= policy.reserve_depth and policy.backfill_smallest_first:
+            rest = [j for _, j in ranked[i:]]
+            break
+        run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)
+    # The rest fill the gaps smallest first (GPU-seconds by their limits), tier by tier: many
+    # short jobs finish sooner for every hour a long one would have held the gap.
+    tier, prios = policy.qos_priority, run.result.priorities
+    keyed = sorted((-tier.get(j.qos, 0), _area(j), -prios[j.id], j.id) for j in rest)
+    by_id = {j.id: j for j in rest}
+    for *_, job_id in keyed:
+        run.consider(by_id[job_id], may_reserve=False)
     if policy.preempts:
-        _preempt(state, now, policy, blocked, result)
-    return result
+        _preempt(state, now, policy, run.blocked, run.result)
+    return run.result
+
+
+def _area(job: PendingJob) -> float:
+    return job.nodes * max(job.gpus, 1) * (job.time_limit_s or math.inf)
 
 
 def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:
     """The earliest time and GPUs where the job fits for its whole limit, or None."""
-    for start in profile.end_times():
-        alloc = profile.place(job, start)
-        if alloc is not None:
-            return Reservation(job_id=job.id, start=start, alloc=alloc)
-    return None
+    found = profile.earliest(job)
+    if found is None:
+        return None
+    return Reservation(job_id=job.id, start=found[0], alloc=found[1])
 
 
 def _preempt(state: Snapshot, now: float, policy: Policy, blocked: list[PendingJob],

@@ -1,26 +1,42 @@
-"""Multifactor priority: QOS weight, age (capped), fair share and an admin nudge; higher runs first."""
+"""Multifactor priority, and the order a pass takes jobs in.
+
+Priority (shown by `gq show`) = QOS tier + age + fair share + response ratio + admin nice.
+The response ratio, (wait + limit) / limit, favours short jobs but rises for every job as it
+waits (HRRN); it is counted in log2 so a long wait cannot outgrow a QOS tier.
+
+Order: QOS tiers are strict (as in Slurm). Within a tier, jobs that have waited `reserve_age_s`
+go first, oldest first, which bounds every job's wait, 8-GPU jobs included; the rest go by
+priority.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from gq.sched.types import PendingJob, Policy
+
+#: The length an unlimited job counts as in its response ratio (seconds): a week.
+UNLIMITED_AS_S = 7 * 86400
 
 
 def factors(job: PendingJob, now: float, policy: Policy, usage: Mapping[str, float],
             total_usage: float, users: int) -> dict[str, int]:
     """Each factor's points, so `gq show` can say why a job ranks where it does."""
-    age = max(0.0, now - job.submit_time)
+    wait = max(0.0, now - job.submit_time)
     # Age grows linearly to its cap so that every job eventually outranks newer work.
-    age_factor = min(age / policy.max_age_s, 1.0) if policy.max_age_s else 0.0
+    age_factor = min(wait / policy.max_age_s, 1.0) if policy.max_age_s else 0.0
     fair = 1.0
     if policy.weight_fairshare and total_usage > 0 and users > 0:
         # Slurm's classic 2^(-usage/share), with equal shares among users who have usage.
         share = 1.0 / users
         fair = 2.0 ** (-(usage.get(job.user, 0.0) / total_usage) / share)
+    limit = job.time_limit_s or UNLIMITED_AS_S
+    ratio = math.log2((wait + limit) / limit)
     return {"qos": policy.qos_priority.get(job.qos, 0) * policy.weight_qos,
             "age": int(age_factor * policy.weight_age),
-            "fairshare": int(fair * policy.weight_fairshare), "nice": job.nice}
+            "fairshare": int(fair * policy.weight_fairshare),
+            "ratio": int(ratio * policy.weight_ratio), "nice": job.nice}
 
 
 def priority(job: PendingJob, now: float, policy: Policy,
@@ -31,9 +47,33 @@ def priority(job: PendingJob, now: float, policy: Policy,
 
 def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
           usage: Mapping[str, float] | None = None) -> list[tuple[int, PendingJob]]:
-    """Jobs with their priority, highest first; ties go to the older submission."""
+    """Jobs with their priority, in the order a pass considers them (module docstring)."""
     usage = usage or {}
     total, users = sum(usage.values()), len(usage)
-    ranked = [(sum(factors(j, now, policy, usage, total, users).values()), j) for j in jobs]
-    ranked.sort(key=lambda pj: (-pj[0], pj[1].submit_time, pj[1].id))
-    return ranked
+    tier = policy.qos_priority
+    aged_before = now - policy.reserve_age_s
+    if policy.weight_fairshare and total > 0:
+        prios = [sum(factors(j, now, policy, usage, total, users).values()) for j in jobs]
+    else:  # the common case, without a dict per job: this runs for the whole queue every pass
+        prios = [_fast_priority(j, now, policy) for j in jobs]
+    # Sort plain tuples (no key function): tier, aged-first (oldest first), then priority.
+    keyed = [(-tier.get(j.qos, 0), 0, j.submit_time, j.id, p, j) if j.submit_time <= aged_before
+             else (-tier.get(j.qos, 0), 1, -p, j.submit_time, j.id, p, j)
+             for p, j in zip(prios, jobs)]
+    keyed.sort(key=_without_job)
+    return [(k[-2], k[-1]) for k in keyed]
+
+
+def _without_job(k: tuple[object, ...]) -> tuple[object, ...]:
+    return k[:-2]
+
+
+def _fast_priority(job: PendingJob, now: float, policy: Policy) -> int:
+    """`priority` when fair share contributes its full weight to everyone (no usage yet)."""
+    wait = now - job.submit_time
+    wait = wait if wait > 0 else 0.0
+    age = min(wait / policy.max_age_s, 1.0) if policy.max_age_s else 0.0
+    limit = job.time_limit_s or UNLIMITED_AS_S
+    return (policy.qos_priority.get(job.qos, 0) * policy.weight_qos
+            + int(age * policy.weight_age) + policy.weight_fairshare
+            + int(math.log2((wait + limit) / limit) * policy.weight_ratio) + job.nice)

@@ -41,6 +41,7 @@ class Profile:
     def __init__(self, nodes: tuple[NodeView, ...], running: tuple[RunningJob, ...], now: float):
         self.now = now
         self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
+        self._match_cache: dict[tuple[object, ...], list[int]] = {}
         for job in running:
             # An overdue job still holds its GPUs; a job being stopped frees them any moment.
             end = now + 1.0 if job.ending else max(job.end_estimate, now + 1.0)
@@ -57,6 +58,10 @@ class Profile:
                     node.take((gpu.index,), now, now + 1.0)
         #: Free-now GPU count per node, kept up to date as jobs start in this pass.
         self.free_now = {n.name: len(n.free) for n in nodes}
+        self._free_total = sum(len(n.free) for n in nodes if n.schedulable)
+
+    def any_free_now(self) -> bool:
+        return self._free_total > 0
 
     def end_times(self) -> list[float]:
         """Every time some GPU frees up, ascending: the candidate start times of a reservation."""
@@ -64,17 +69,53 @@ class Profile:
                  for _, end in ivs if end > self.now and end != math.inf}
         return sorted(times)
 
+    def earliest(self, job: PendingJob) -> tuple[float, Alloc] | None:
+        """The earliest time after now, and the GPUs, where the job fits for its whole limit."""
+        if job.nodes > 1:
+            return self._earliest_gang(job)
+        length = job.time_limit_s or math.inf
+        best: tuple[float, str, list[int]] | None = None
+        for name, node in self.nodes.items():
+            if not node.view.schedulable:
+                continue
+            matching = self._matching(node, job)
+            if len(matching) < job.gpus:
+                continue
+            starts = sorted({end for g in matching for _, end in node.busy.get(g, ())
+                             if self.now < end < math.inf})
+            for t in starts:
+                if best is not None and t >= best[0]:
+                    break  # this node cannot beat the best found so far
+                free = [g for g in matching if node.free_over(g, t, t + length)]
+                if len(free) >= job.gpus:
+                    best = (t, name, self._prefer_unreserved(node, free, job.gpus, t))
+                    break
+        if best is None:
+            return None
+        return best[0], {best[1]: tuple(best[2])}
+
+    def _earliest_gang(self, job: PendingJob) -> tuple[float, Alloc] | None:
+        for start in self.end_times():
+            alloc = self.place(job, start)
+            if alloc is not None:
+                return start, alloc
+        return None
+
+    def _matching(self, node: NodeProfile, job: PendingJob) -> list[int]:
+        key = (node.view.name, job.gpu_type, job.gpu_mem)
+        found = self._match_cache.get(key)
+        if found is None:
+            gpu_type = job.gpu_type.lower() if job.gpu_type else None
+            found = self._match_cache[key] = [
+                g.index for g in node.view.gpus
+                if (gpu_type is None or g.type == gpu_type)
+                and (job.gpu_mem is None or g.memory >= job.gpu_mem)]
+        return found
+
     def candidates(self, node: NodeProfile, job: PendingJob, start: float) -> list[int]:
         """GPUs of `node` that match the job and are free from `start` for its whole limit."""
         end = start + job.time_limit_s if job.time_limit_s else math.inf
-        gpu_type = job.gpu_type.lower() if job.gpu_type else None
-        out = []
-        for gpu in node.view.gpus:
-            if (gpu_type is None or gpu.type == gpu_type) \
-                    and (job.gpu_mem is None or gpu.memory >= job.gpu_mem) \
-                    and node.free_over(gpu.index, start, end):
-                out.append(gpu.index)
-        return out
+        return [g for g in self._matching(node, job) if node.free_over(g, start, end)]
 
     def place(self, job: PendingJob, start: float) -> Alloc | None:
         """GPUs for every rank of `job` from `start`, best fit, or None."""
@@ -113,6 +154,7 @@ class Profile:
             node.take(gpus, start, end)
             if start <= self.now:
                 self.free_now[name] -= len(gpus)
+                self._free_total -= len(gpus)
                 node.cpus_started += job.cpus
                 node.mem_started += job.mem
 

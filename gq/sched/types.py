@@ -82,16 +82,24 @@ class Policy:
     weight_qos: int = 1000
     weight_age: int = 1000
     max_age_s: int = 7 * 86400
-    #: Priority points taken from a user whose decayed usage is the whole cluster's (linear).
+    #: Priority points of a user with no recent usage (fewer as their share of usage grows).
     weight_fairshare: int = 0
-    #: How many blocked jobs (in priority order) get a reservation; the rest wait their turn.
-    reserve_depth: int = 8
-    #: Jobs waiting longer than this always get a reservation, whatever their rank (seconds).
-    reserve_age_s: int = 86400
+    #: Priority points per doubling of the response ratio (wait + limit) / limit.
+    weight_ratio: int = 1000
+    #: How many blocked jobs (in order) get a reservation; chosen by simulation (SCHEDULING.md).
+    reserve_depth: int = 1
+    #: Jobs waiting longer than this go first and always get a reservation (seconds).
+    reserve_age_s: int = 48 * 3600
+    #: Jobs behind the reserved ones are tried smallest first (GPUs x limit), not by priority.
+    backfill_smallest_first: bool = True
     #: QOS -> the QOS it may preempt.
     preempts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: A job started less than this long ago is not preempted (seconds).
     preempt_exempt_s: int = 600
+    #: Also reserve when nothing is free now, only to tell users when jobs should start (the
+    #: daemon wants that for `gq show`; decisions are the same either way, so the simulator
+    #: turns it off).
+    explain: bool = True
 
 
 @dataclass(frozen=True)

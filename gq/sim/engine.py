@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -130,8 +131,9 @@ class Simulator:
 
     def __init__(self, jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,
                  policy: Policy | None = None, on_progress: ProgressFn | None = None,
-                 usage_half_life_s: float = USAGE_HALF_LIFE_S) -> None:
+                 usage_half_life_s: float = USAGE_HALF_LIFE_S, skip_futile: bool = True) -> None:
         self.cluster = cluster
+        self.skip_futile = skip_futile
         self.policy_fn = policy_fn
         self.policy = policy or Policy()
         self.on_progress = on_progress
@@ -156,6 +158,12 @@ class Simulator:
         self.views: dict[str, NodeView] = {}
         self.dirty: set[str] = set(self.free)
         self.node_tuple: tuple[NodeView, ...] = ()
+        # What `_futile` needs, kept up to date as jobs move rather than recounted per instant:
+        # nodes by number of free GPUs, pending jobs by shape, pending and running jobs by QOS.
+        self.room = [0] * cluster.gpus_per_node + [cluster.nodes]
+        self.shapes: Counter[tuple[int, int]] = Counter()
+        self.qos_pending: Counter[str] = Counter()
+        self.qos_running: Counter[str] = Counter()
 
     # ------------------------------------------------------------ the loop
 
@@ -183,7 +191,7 @@ class Simulator:
         return min(candidates)
 
     def _take_instant(self, now: float) -> bool:
-        """Apply every event at `now`; False when all of them were stale (nothing changed)."""
+        """Apply every event at `now`; True when a pass could decide something new."""
         changed = False
         while self.events and self.events[0][0] == now:
             _, kind, job_id, epoch = heapq.heappop(self.events)
@@ -193,11 +201,15 @@ class Simulator:
             elif self._is_current(job_id, epoch):
                 self._finish(job_id, now)
                 changed = True
+        arrived_preemptor = False
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].submit_time == now:
             job = self.arrivals[self.next_arrival]
-            self.pending[job.id] = pending_view(job)
+            self._enqueue(job)
             self.next_arrival += 1
-            changed = True
+            arrived_preemptor |= job.qos in self.policy.preempts
+            # Arrivals alone add constraints: jobs blocked before stay blocked, so only a new
+            # job could start, and only on a free GPU (or by preempting).
+            changed |= arrived_preemptor or any(self.free[n] for n in self.free)
         return changed
 
     def _is_current(self, job_id: int, epoch: int) -> bool:
@@ -206,12 +218,33 @@ class Simulator:
 
     def _schedule(self, now: float) -> None:
         for _ in range(MAX_PASSES_PER_INSTANT):
+            if self.skip_futile and self._futile():
+                return
             decided = self.policy_fn(self._snapshot(now), now, self.policy)
             self.result.plan_calls += 1
             preempted = self._apply(decided, now)
             self._wake_for(decided, now)
             if not preempted:
                 return
+
+    def _futile(self) -> bool:
+        """True when no policy could act now: no pending shape fits the free GPUs (any start
+        would over-allocate, which the engine refuses) and no pending QOS may preempt a running
+        one. Skipping such a pass changes nothing but its cost, which on a long queue behind a
+        full cluster is most of the replay."""
+        return not self._some_shape_fits() and not self._may_preempt()
+
+    def _some_shape_fits(self) -> bool:
+        at_least = 0
+        nodes_with = [0] * len(self.room)  # nodes_with[g]: nodes with >= g free GPUs
+        for g in range(len(self.room) - 1, -1, -1):
+            at_least += self.room[g]
+            nodes_with[g] = at_least
+        return any(nodes_with[g] >= n for n, g in self.shapes)
+
+    def _may_preempt(self) -> bool:
+        return any(self.qos_pending[q] and any(self.qos_running[v] for v in victims)
+                   for q, victims in self.policy.preempts.items())
 
     def _snapshot(self, now: float) -> Snapshot:
         usage = self.usage.at(now) if self.usage.scaled else {}
@@ -250,10 +283,10 @@ class Simulator:
             raise SimInvariantError(f"start of job {start.job_id}, which is not pending")
         self._check_alloc(job_view, start.alloc)
         for name, gpus in start.alloc.items():
-            self.free[name].difference_update(gpus)
-            self.dirty.add(name)
-        del self.pending[start.job_id]
+            self._set_free(name, self.free[name] - set(gpus))
         job = self.outcome[start.job_id].job
+        self._dequeue(job)
+        self.qos_running[job.qos] += 1
         epoch = self.epochs.get(job.id, 0) + 1
         self.epochs[job.id] = epoch
         view = RunningJob(id=job.id, qos=job.qos, alloc=dict(start.alloc), start_time=now,
@@ -287,7 +320,7 @@ class Simulator:
         outcome.start = None
         self.result.preemptions += 1
         # Requeued with its original submit time, so it keeps its age (and its place in FCFS).
-        self.pending[p.victim] = pending_view(run.job)
+        self._enqueue(run.job)
 
     def _finish(self, job_id: int, now: float) -> None:
         run = self.running[job_id]
@@ -299,11 +332,31 @@ class Simulator:
 
     def _release(self, run: _Run, now: float) -> None:
         del self.running[run.job.id]
+        self.qos_running[run.job.qos] -= 1
         for name, gpus in run.view.alloc.items():
-            self.free[name].update(gpus)
-            self.dirty.add(name)
+            self._set_free(name, self.free[name] | set(gpus))
         if run.job.user:
             self.usage.add(run.job.user, (now - run.view.start_time) * run.job.total_gpus, now)
+
+
+    def _set_free(self, name: str, free: set[int]) -> None:
+        self.room[len(self.free[name])] -= 1
+        self.room[len(free)] += 1
+        self.free[name] = free
+        self.dirty.add(name)
+
+    def _enqueue(self, job: TraceJob) -> None:
+        self.pending[job.id] = pending_view(job)
+        self.shapes[(job.nodes, job.gpus)] += 1
+        self.qos_pending[job.qos] += 1
+
+    def _dequeue(self, job: TraceJob) -> None:
+        del self.pending[job.id]
+        shape = (job.nodes, job.gpus)
+        self.shapes[shape] -= 1
+        if not self.shapes[shape]:
+            del self.shapes[shape]  # so that _some_shape_fits only looks at shapes still waiting
+        self.qos_pending[job.qos] -= 1
 
 
 def simulate(jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gq.config import Config
 from gq.sched import plan
 from gq.sched.types import Policy
@@ -24,12 +26,9 @@ def policy_fn(name: str) -> PolicyFn:
 
 
 def gq_policy(cfg: Config | None = None) -> Policy:
-    """gq's knobs as gqd would build them from a config (the built-in defaults unless given)."""
-    cfg = cfg or Config()
-    return Policy(qos_priority={n: q.priority for n, q in cfg.qos.items()},
-                  weight_qos=cfg.scheduler.weight_qos, weight_age=cfg.scheduler.weight_age,
-                  max_age_s=cfg.scheduler.max_age_s,
-                  preempts={n: tuple(q.preempts) for n, q in cfg.qos.items() if q.preempts})
+    """gq's knobs as gqd builds them from a config (the built-in defaults unless given)."""
+    # Reservations made only to explain (nothing free now) change no decision: skip them.
+    return dataclasses.replace((cfg or Config()).policy(), explain=False)
 
 
 def replay(jobs: list[TraceJob], cluster: Cluster, name: str,
