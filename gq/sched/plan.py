@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from gq.sched import placement
-from gq.sched.preempt import choose_victims
+from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import order
 from gq.sched.profile import Profile
 from gq.sched.types import PendingJob, Plan, Policy, Preempt, Reservation, Snapshot, Start
@@ -127,15 +127,24 @@ def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:
 
 def _preempt(state: Snapshot, now: float, policy: Policy, blocked: list[PendingJob],
              result: Plan) -> None:
-    taken: set[int] = set()
+    victims = Victims(state, now, policy)
+    tried = 0
+    hopeless: set[tuple[object, ...]] = set()  # (shape, QOS) that found no victims this pass
     for job in blocked:
-        victims_qos = policy.preempts.get(job.qos)
-        if not victims_qos or result.reasons.get(job.id) == NEVER_FITS:
+        victim_qos = policy.preempts.get(job.qos)
+        if not victim_qos or result.reasons.get(job.id) == NEVER_FITS:
             continue
         reservation = result.reservations.get(job.id)
         if reservation is not None and reservation.start - now <= IMMINENT_S:
             continue
-        victims = choose_victims(state, job, now, policy, set(victims_qos), taken)
-        if victims:
-            taken.update(victims)
-            result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in victims)
+        key = (_shape(job), job.qos)
+        if key in hopeless:
+            continue
+        tried += 1
+        if tried > MAX_PREEMPTORS:
+            return
+        chosen = victims.choose(job, set(victim_qos))
+        if chosen:
+            result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in chosen)
+        else:
+            hopeless.add(key)
