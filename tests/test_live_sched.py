@@ -71,3 +71,34 @@ while true; do sleep 0.2; done
     other = next(j for j in free_jobs if j != victim)
     assert cluster.show(other)["state"] == "RUNNING" and cluster.show(other)["restart_count"] == 0
     cluster.gq("cancel", str(other), check=True)
+
+
+def test_job_no_node_could_ever_run_is_refused_at_submit(cluster: LiveCluster) -> None:
+    typed = cluster.gq("submit", "--gpu-type", "h100", "--wrap", "true")
+    assert typed.returncode == 1 and "no node can ever run this job" in typed.stderr
+    assert "8xfake" in typed.stderr
+    too_big = cluster.gq("submit", "-g", "9", "--wrap", "true")
+    assert too_big.returncode == 1 and "9 GPU(s)" in too_big.stderr
+    too_wide = cluster.gq("submit", "-N", "3", "-g", "8", "--wrap", "true")
+    assert too_wide.returncode == 1
+    vram = cluster.gq("submit", "--gpu-mem", "100G", "--wrap", "true")
+    assert vram.returncode == 1 and "100G" in vram.stderr
+    with cluster.client() as c:
+        assert not c.queue(all=True)
+    gang = cluster.submit("-N", "2", "-g", "8", "--wrap", "echo $GQ_NODE_RANK of $WORLD_SIZE")
+    assert cluster.wait_state(gang, "COMPLETED")["node_list"] == ["node1", "node2"]
+
+
+def test_show_explains_a_pending_job(cluster: LiveCluster) -> None:
+    blockers = [cluster.submit("-g", "8", "-t", "1h", "--wrap", "sleep 300") for _ in range(2)]
+    for b in blockers:
+        cluster.wait_state(b, "RUNNING")
+    waiting = cluster.submit("-g", "8", "-t", "1h", "--wrap", "true")
+    wait_for(lambda: cluster.show(waiting)["reason"] == "Resources", "the job to wait")
+    shown = cluster.show(waiting)
+    assert set(shown["priority_factors"]) == {"qos", "age", "fairshare", "ratio", "nice"}
+    assert shown["priority_factors"]["qos"] == 10_000
+    assert shown["expected_start"] and shown["expected_nodes"]
+    text = cluster.gq("show", str(waiting), check=True).stdout
+    assert "ExpectedStart=" in text and "PriorityFactors=qos:10000" in text
+    cluster.gq("cancel", str(waiting), *(str(b) for b in blockers), check=True)

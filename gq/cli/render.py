@@ -91,6 +91,10 @@ def show_job(job: dict[str, Any]) -> None:
          or None),
         ("WorkDir", job.get("work_dir")), ("StdOut", job.get("stdout")),
         ("StdErr", job.get("stderr")),
+        ("ExpectedStart", job.get("expected_start")),
+        ("ExpectedNodes", ",".join(job.get("expected_nodes") or []) or None),
+        ("PriorityFactors", " ".join(f"{k}:{v}" for k, v in job["priority_factors"].items())
+         if job.get("priority_factors") else None),
     ]
     line: list[str] = []
     for key, value in fields:

@@ -16,9 +16,11 @@ from gq import defaults, protocol
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
 from gq.head.auth import Caller
-from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration, iso_time
+from gq.model import (Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
+                      format_size, iso_time)
 from gq.head.usage import Usage
-from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, plan
+from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, placement, plan
+from gq.sched.priority import factors
 from gq.store import Store
 
 log = logging.getLogger("gq.head")
@@ -156,7 +158,24 @@ class Head:
                                f"{spec.qos!r} QOS maximum of {format_duration(qos.max_time_s)}")
         if spec.gpu_type:
             spec.gpu_type = spec.gpu_type.lower()
+        self._check_satisfiable(spec)
         return spec
+
+    def _check_satisfiable(self, spec: JobSpec) -> None:
+        """Refuse a job no known node could ever hold, saying why (as sbatch does)."""
+        if not self.nodes:
+            return  # nothing registered yet (a fresh head): the job waits for nodes instead
+        view = _pending_view(Job(id=0, spec=spec))
+        hosts = [n for n in self._node_views() if placement.could_ever_fit(n, view)]
+        if len(hosts) >= spec.nodes:
+            return
+        want = f"{spec.gpus} GPU(s)" + (f" of type {spec.gpu_type}" if spec.gpu_type else "") \
+            + (f" with at least {format_size(spec.gpu_mem)} each" if spec.gpu_mem else "")
+        have = sorted({f"{len(n.gpus)}x{'/'.join(sorted({g.type for g in n.gpus}) or ['none'])}"
+                       for n in self.nodes.values()})
+        raise RefusedError(f"no node can ever run this job: it asks for {want} on each of "
+                           f"{spec.nodes} node(s); {len(hosts)} node(s) could "
+                           f"(nodes have: {', '.join(have)})")
 
     def _req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         cancelled, errors = [], {}
@@ -209,6 +228,10 @@ class Head:
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
                     cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem)
+        if job.state == JobState.PENDING:
+            usage = self.usage.at(now)
+            data["priority_factors"] = factors(_pending_view(job), now, self.policy, usage,
+                                               sum(usage.values()), len(usage))
         if (res := self.reservations.get(job.id)) is not None:
             data.update(expected_start=iso_time(res.start), expected_nodes=list(res.alloc))
         return {"job": data}
