@@ -313,3 +313,37 @@ def test_down_cancels_running_jobs_without_starting_queued_ones(cluster: LiveClu
     assert cluster.wait_state(queued, "COMPLETED")["restart_count"] == 0
     assert (cluster.work / "started.marker").exists()
     assert {cluster.show(j)["state"] for j in running} == {"CANCELLED"}
+
+
+def test_gqnode_killed_and_restarted_reports_true_exit_codes_once(cluster: LiveCluster) -> None:
+    # Jobs on node1 end at different times; gqnode is SIGKILLed before any ends, and restarted
+    # after some have ended: all must be reported with their own exit codes, none run twice.
+    ends = {1: 3, 2: 0, 4: 7, 30: 0}  # seconds -> exit code
+    ids = {}
+    for secs, code in ends.items():
+        ids[secs] = cluster.submit("--wrap", f"echo run >> runs.$GQ_JOB_ID; sleep {secs}; exit {code}")
+    for job_id in ids.values():
+        assert cluster.wait_state(job_id, "RUNNING")["node_list"] == ["node1"]
+    wait_for(lambda: all((cluster.work / f"runs.{i}").exists() for i in ids.values()),
+             "every job to begin")
+    os.kill(cluster.node_pid("node1"), signal.SIGKILL)
+    wait_for(lambda: cluster.show(ids[4])["state"] == "RUNNING" and
+             _gone(cluster, ids[4]), "the 4 s job to end unseen",
+             timeout=30)
+    assert cluster.gq("up").returncode == 0
+    for secs, code in ends.items():
+        if secs == 30:
+            continue
+        job = cluster.wait_state(ids[secs], "COMPLETED", "FAILED")
+        assert job["exit_code"] == code, (secs, job)
+    assert cluster.show(ids[30])["state"] == "RUNNING", "the long job was re-adopted, not lost"
+    cluster.gq("cancel", str(ids[30]), check=True)
+    cluster.wait_state(ids[30], "CANCELLED")
+    for job_id in ids.values():
+        assert (cluster.work / f"runs.{job_id}").read_text() == "run\n", "a job ran twice"
+
+
+def _gone(cluster: LiveCluster, job_id: int) -> bool:
+    """The job's processes have ended (its shepherd wrote the status), gqnode or not."""
+    status = list((cluster.state / "nodes" / "node1" / "jobs").glob(f"{job_id}.*/status.json"))
+    return bool(status)
