@@ -127,7 +127,13 @@ class Usage:
 
 
 class Simulator:
-    """One replay of `jobs` on `cluster` under `policy_fn`; call `run()` once."""
+    """One replay of `jobs` on `cluster` under `policy_fn`; call `run()` once.
+
+    With `skip_futile` (the default) the engine does not call the policy at instants where it
+    could not act: no pending job's shape fits the free GPUs and no pending job's QOS may preempt
+    a running job's QOS by `policy.preempts`. That holds for every policy that starts jobs only
+    on free GPUs and preempts only as its Policy says; pass False for one that does not.
+    """
 
     def __init__(self, jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,
                  policy: Policy | None = None, on_progress: ProgressFn | None = None,
@@ -164,6 +170,7 @@ class Simulator:
         self.shapes: Counter[tuple[int, int]] = Counter()
         self.qos_pending: Counter[str] = Counter()
         self.qos_running: Counter[str] = Counter()
+        self.preemptible = {v for victims in self.policy.preempts.values() for v in victims}
 
     # ------------------------------------------------------------ the loop
 
@@ -192,6 +199,10 @@ class Simulator:
 
     def _take_instant(self, now: float) -> bool:
         """Apply every event at `now`; True when a pass could decide something new."""
+        changed = self._take_events(now)
+        return self._take_arrivals(now) or changed
+
+    def _take_events(self, now: float) -> bool:
         changed = False
         while self.events and self.events[0][0] == now:
             _, kind, job_id, epoch = heapq.heappop(self.events)
@@ -201,16 +212,19 @@ class Simulator:
             elif self._is_current(job_id, epoch):
                 self._finish(job_id, now)
                 changed = True
+        return changed
+
+    def _take_arrivals(self, now: float) -> bool:
         arrived_preemptor = False
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].submit_time == now:
             job = self.arrivals[self.next_arrival]
             self._enqueue(job)
             self.next_arrival += 1
             arrived_preemptor |= job.qos in self.policy.preempts
-            # Arrivals alone add constraints: jobs blocked before stay blocked, so only a new
-            # job could start, and only on a free GPU (or by preempting).
-            changed |= arrived_preemptor or any(self.free[n] for n in self.free)
-        return changed
+        # Arrivals alone add constraints: jobs blocked before stay blocked, so only a new job
+        # could start, and only on a free GPU or by preempting. (A victim that outlives its
+        # preempt_exempt_s has a wake-up of its own.)
+        return not self.skip_futile or arrived_preemptor or self.room[0] < self.cluster.nodes
 
     def _is_current(self, job_id: int, epoch: int) -> bool:
         run = self.running.get(job_id)
@@ -263,9 +277,13 @@ class Simulator:
     def _wake_for(self, decided: Plan, now: float) -> None:
         """Plan again when the earliest reservation is due, even if no job event falls there."""
         due = [r.start for r in decided.reservations.values() if now < r.start < math.inf]
-        if due and min(due) not in self.wakes:
-            self.wakes.add(min(due))
-            heapq.heappush(self.events, (min(due), _WAKE, 0, 0))
+        if due:
+            self._wake_at(min(due))
+
+    def _wake_at(self, at: float) -> None:
+        if at not in self.wakes:
+            self.wakes.add(at)
+            heapq.heappush(self.events, (at, _WAKE, 0, 0))
 
     # ------------------------------------------------------------ applying decisions
 
@@ -296,6 +314,9 @@ class Simulator:
         # The job runs its trace runtime, but the limit cuts it short (TIMEOUT).
         end = now + min(job.runtime_s, job.time_limit_s or math.inf)
         heapq.heappush(self.events, (end, _END, job.id, epoch))
+        if job.qos in self.preemptible and end > now + self.policy.preempt_exempt_s:
+            # From then on a waiting preemptor may take its GPUs, with or without other events.
+            self._wake_at(now + self.policy.preempt_exempt_s)
 
     def _check_alloc(self, job: PendingJob, alloc: dict[str, tuple[int, ...]]) -> None:
         if len(alloc) != job.nodes:
@@ -337,7 +358,6 @@ class Simulator:
             self._set_free(name, self.free[name] | set(gpus))
         if run.job.user:
             self.usage.add(run.job.user, (now - run.view.start_time) * run.job.total_gpus, now)
-
 
     def _set_free(self, name: str, free: set[int]) -> None:
         self.room[len(self.free[name])] -= 1

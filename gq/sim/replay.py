@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 from gq.config import Config
+from gq.errors import UsageError
 from gq.sched import plan
 from gq.sched.types import Policy
 from gq.sim.baselines import BASELINES
 from gq.sim.engine import Cluster, PolicyFn, ProgressFn, simulate
 from gq.sim.metrics import Metrics, summarize
 from gq.sim.trace import TraceJob
-from gq.errors import UsageError
 
 #: Policies `gq sim --policy` knows, in the order they are listed in help and tables.
 POLICY_NAMES = ("gq", "easy", "fifo", "firstfit")
