@@ -70,7 +70,6 @@ class NodeDaemon:
         self.sock.connect(head)
         self.signals = service.Signals()
         self.signals.watch_children()
-        self.accepting = True
         self._next_heartbeat = 0.0
         self._next_adopted_check = 0.0
 
@@ -166,8 +165,6 @@ class NodeDaemon:
         run_dir = self.jobs_dir / f"{key[0]}.{key[1]}"
         if key in self.runs or run_dir.exists():
             return  # a resent launch: this run already started here
-        if not self.accepting:
-            return
         tmp = self.jobs_dir / f".{run_dir.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()

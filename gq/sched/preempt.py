@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gq.model import Gpu
+from gq.sched.placement import gpu_fits
 from gq.sched.types import PendingJob, Policy, RunningJob, Snapshot
 
 #: Most blocked jobs one pass tries to preempt for (highest priority first).
@@ -60,5 +61,4 @@ class Victims:
 
 def _matches(gpus: dict[int, Gpu], job: PendingJob, gpu_index: int) -> bool:
     gpu = gpus.get(gpu_index)
-    return gpu is not None and (job.gpu_type is None or gpu.type == job.gpu_type.lower()) \
-        and (job.gpu_mem is None or gpu.memory >= job.gpu_mem)
+    return gpu is not None and gpu_fits(gpu, job)

@@ -11,6 +11,7 @@ import math
 from bisect import insort
 from dataclasses import dataclass, field
 
+from gq.sched.placement import gpu_fits
 from gq.sched.types import Alloc, NodeView, PendingJob, RunningJob
 
 
@@ -105,11 +106,7 @@ class Profile:
         key = (node.view.name, job.gpu_type, job.gpu_mem)
         found = self._match_cache.get(key)
         if found is None:
-            gpu_type = job.gpu_type.lower() if job.gpu_type else None
-            found = self._match_cache[key] = [
-                g.index for g in node.view.gpus
-                if (gpu_type is None or g.type == gpu_type)
-                and (job.gpu_mem is None or g.memory >= job.gpu_mem)]
+            found = self._match_cache[key] = [g.index for g in node.view.gpus if gpu_fits(g, job)]
         return found
 
     def candidates(self, node: NodeProfile, job: PendingJob, start: float) -> list[int]:
