@@ -1,6 +1,6 @@
 """Value types of gq (jobs, nodes, GPUs, states) and the parsing of durations, sizes and GPU specs.
 
-Pure: no I/O, no imports from the rest of the package but errors.
+Pure: no I/O, no imports from the rest of the package but errors and defaults.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gq.defaults import DEFAULT_OUTPUT
 from gq.errors import UsageError
 
 
@@ -254,13 +255,8 @@ class Job:
     def output_path(self, which: str) -> str:
         """Absolute path of the job's stdout (`output`) or stderr (`error`) file."""
         pattern = getattr(self.spec, which) or (self.spec.output if which == "error" else None)
-        expanded = expand_pattern(pattern or _default_output(), self)
+        expanded = expand_pattern(pattern or DEFAULT_OUTPUT, self)
         return expanded if expanded.startswith("/") else f"{self.spec.cwd.rstrip('/')}/{expanded}"
-
-
-def _default_output() -> str:
-    from gq.defaults import DEFAULT_OUTPUT
-    return DEFAULT_OUTPUT
 
 
 _PATTERN_RE = re.compile(r"%(%|j|A|a|x|u|N)")

@@ -65,8 +65,10 @@ def queue_rows(jobs: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
                "NODELIST(REASON)"]
     rows = []
     for j in jobs:
-        where = ",".join(j["node_list"]) if j["state"] == "RUNNING" else f"({j['reason'] or 'None'})"
-        if j["state"] not in ("PENDING", "RUNNING"):
+        # Squeue's last column: the reason while pending, the nodes once it has run.
+        if j["state"] == "PENDING":
+            where = f"({j['reason'] or 'None'})"
+        else:
             where = ",".join(j["node_list"]) or "-"
         rows.append([j["id"], j["name"], j["user"], j["qos"], _STATE_SHORT.get(j["state"], j["state"]),
                      elapsed(j), format_duration(j["time_limit_s"]), j["nodes"],

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,8 +66,7 @@ class Head:
         self.deferred: list[tuple[Any, bytes]] = []
         self.parked: list[Parked] = []
         self.dirty = True
-        self.started_at = now
-        self.load()
+        self.load(now)
 
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
@@ -76,7 +74,7 @@ class Head:
         self.policy = cfg.policy()
         self.dirty = True
 
-    def load(self) -> None:
+    def load(self, now: float) -> None:
         """(Re)build memory from the store: at start, and after a failed commit."""
         self.jobs: dict[int, Job] = {j.id: j for j in self.store.live_jobs()}
         self.nodes: dict[str, Node] = {}
@@ -88,7 +86,6 @@ class Head:
         self.registered: set[str] = set()
         self.reservations: dict[int, Reservation] = {}
         self.usage = Usage(self.cfg.scheduler.fairshare_half_life_s)
-        now = time.time()
         for job in self.store.finished_jobs(since=now - 4 * self.usage.half_life_s, limit=100_000):
             self.usage.charge(job, job.end_time or now)
         self.launches: dict[int, Launch] = {}

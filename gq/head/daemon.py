@@ -18,8 +18,8 @@ from gq import defaults, protocol, service
 from gq.errors import GqError, ProtocolError, StoreError
 from gq.head.auth import DOMAIN, ZapHandler, caller_of
 from gq.head.core import Head
-from gq.pidfile import AlreadyRunning, acquire
-from gq.store import SchemaError, Store
+from gq.pidfile import acquire
+from gq.store import Store
 
 log = logging.getLogger("gq.head")
 
@@ -138,7 +138,7 @@ class HeadServer:
                     self.head.schedule(now)
         except StoreError as exc:
             log.error("%s; nothing of this batch was kept", exc)
-            self.head.load()
+            self.head.load(now)
             self.head.deferred.clear()
             replies = [(r, protocol.error(_rid_of(r.payload), exc.code, str(exc)), False)
                        if accepted else (r, data, accepted) for r, data, accepted in replies]
@@ -180,7 +180,7 @@ class HeadServer:
             log.exception("internal error handling %s", msg.get("type"))
             conn.execute("ROLLBACK TO request")
             conn.execute("RELEASE request")
-            self.head.load()
+            self.head.load(now)
             raise GqError(f"internal error in gqd: {type(exc).__name__}: {exc}") from None
         conn.execute("RELEASE request")
         return data
