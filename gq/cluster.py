@@ -57,6 +57,9 @@ class Layout:
     def node_dir(self, name: str) -> Path:
         return self.root / "nodes" / name
 
+    def node_pid(self, name: str) -> Path:
+        return self.node_dir(name) / "gqnode.pid"
+
     def log(self, daemon: str) -> Path:
         return self.root / "logs" / f"{daemon}.log"
 
@@ -117,7 +120,7 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
     started_at = time.time()
     started = []
     for member in members:
-        if read_alive(layout.node_dir(member["name"]) / "gqnode.pid") is None:
+        if read_alive(layout.node_pid(member["name"])) is None:
             fake = ["--fake-gpus", member["fake_gpus"]] if member["fake_gpus"] else []
             _spawn(["gq.node.daemon", "--config", str(layout.config), "--name", member["name"],
                     "--addr", "127.0.0.1", *fake], layout.log(member["name"]))
@@ -125,7 +128,7 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
             say(f"started gqnode {member['name']} "
                 f"({member['fake_gpus'] + ' fake' if fake else 'real'} GPUs)")
     for name in started:
-        _until(lambda: read_alive(layout.node_dir(name) / "gqnode.pid") is not None,
+        _until(lambda: read_alive(layout.node_pid(name)) is not None,
                f"gqnode {name} to start", layout.log(name))
     _until(lambda: _registered(client, {m["name"] for m in members}, set(started), started_at),
            "the nodes to register", layout.log(members[0]["name"]) if members else None)

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from gq import config as config_mod
+from gq.cluster import Layout
 from gq.pidfile import read_alive
 
 #: Upper bound for a condition a test waits for; generous because CI machines are slow and shared.
@@ -46,12 +47,13 @@ class LiveCluster:
     work: Path
 
     @property
-    def state(self) -> Path:
-        return self.root / "state" / "gq"
+    def layout(self) -> Layout:
+        """Where `gq up` put this cluster's files (the env's XDG directories)."""
+        return Layout(root=self.root / "state" / "gq", runtime=self.root / "run" / "gq")
 
     @property
     def config_path(self) -> Path:
-        return self.state / "gq.toml"
+        return self.layout.config
 
     def config(self) -> config_mod.Config:
         return config_mod.load(self.config_path)
@@ -88,10 +90,10 @@ class LiveCluster:
         return wait_for(check, f"job {job_id} to be {'/'.join(states)}", timeout)
 
     def head_pid(self) -> int | None:
-        return read_alive(self.state / "head" / "gqd.pid")
+        return read_alive(self.layout.head_pid)
 
     def node_pid(self, name: str) -> int | None:
-        return read_alive(self.state / "nodes" / name / "gqnode.pid")
+        return read_alive(self.layout.node_pid(name))
 
     def reconfigure(self, toml: str) -> None:
         """Add config sections and have gqd reload them (SIGHUP), as a sysadmin would."""
@@ -103,7 +105,7 @@ class LiveCluster:
                  "gqd to reload its configuration")
 
     def log(self, name: str) -> str:
-        path = self.state / "logs" / f"{name}.log"
+        path = self.layout.log(name)
         return path.read_text(errors="replace") if path.exists() else ""
 
 

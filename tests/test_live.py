@@ -345,5 +345,6 @@ def test_gqnode_killed_and_restarted_reports_true_exit_codes_once(cluster: LiveC
 
 def _gone(cluster: LiveCluster, job_id: int) -> bool:
     """The job's processes have ended (its shepherd wrote the status), gqnode or not."""
-    status = list((cluster.state / "nodes" / "node1" / "jobs").glob(f"{job_id}.*/status.json"))
+    jobs_dir = cluster.layout.node_dir("node1") / "jobs"
+    status = list(jobs_dir.glob(f"{job_id}.*/status.json"))
     return bool(status)
