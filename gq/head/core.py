@@ -114,7 +114,9 @@ class Head:
                 "proven": caller.proven, "pid": os.getpid()}
 
     def _req_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        specs = [self._accept_spec(protocol.check_spec(s), caller) for s in msg["jobs"]]
+        # Node views cost a scan of live jobs: build them once per request, not once per spec.
+        views = self._node_views()
+        specs = [self._accept_spec(protocol.check_spec(s), caller, views) for s in msg["jobs"]]
         if not specs:
             raise UsageError("nothing to submit")
         ids = []
@@ -126,7 +128,8 @@ class Head:
         self.dirty = True
         return {"ids": ids}
 
-    def _accept_spec(self, raw: dict[str, Any], caller: Caller) -> JobSpec:
+    def _accept_spec(self, raw: dict[str, Any], caller: Caller,
+                     views: tuple[NodeView, ...]) -> JobSpec:
         """Check what a spec means (ranges, QOS, limits) and bind it to the caller."""
         spec = JobSpec.from_dict(raw)
         spec.uid = caller.uid
@@ -155,15 +158,15 @@ class Head:
                                f"{spec.qos!r} QOS maximum of {format_duration(qos.max_time_s)}")
         if spec.gpu_type:
             spec.gpu_type = spec.gpu_type.lower()
-        self._check_satisfiable(spec)
+        self._check_satisfiable(spec, views)
         return spec
 
-    def _check_satisfiable(self, spec: JobSpec) -> None:
+    def _check_satisfiable(self, spec: JobSpec, views: tuple[NodeView, ...]) -> None:
         """Refuse a job no known node could ever hold, saying why (as sbatch does)."""
         if not self.nodes:
             return  # nothing registered yet (a fresh head): the job waits for nodes instead
         view = _pending_view(Job(id=0, spec=spec))
-        hosts = [n for n in self._node_views() if placement.could_ever_fit(n, view)]
+        hosts = [n for n in views if placement.could_ever_fit(n, view)]
         if len(hosts) >= spec.nodes:
             return
         want = f"{spec.gpus} GPU(s)" + (f" of type {spec.gpu_type}" if spec.gpu_type else "") \
