@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -91,6 +92,9 @@ class QosConfig:
     max_time_s: int = 0
     #: QOS names whose jobs this QOS may preempt (the scheduler issue uses it).
     preempts: list[str] = field(default_factory=list)
+    #: Seconds a preempted job of this QOS has between its signal and SIGKILL (Slurm's
+    #: GraceTime); a file that names none gets [head] kill_grace_s (see `from_dict`).
+    grace_s: float = defaults.KILL_GRACE_S
 
 
 def _default_qos() -> dict[str, QosConfig]:
@@ -154,9 +158,11 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
 
 def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     cfg = Config(path=source)
+    graced: set[str] = set()  # QOS whose table names its own grace_s
     for section, value in data.items():
         if section == "qos":
             cfg.qos = {name: _qos(name, v, source) for name, v in _table(value, "qos", source).items()}
+            graced = {name for name, v in value.items() if "grace_s" in v}
         elif section in _SECTIONS:
             setattr(cfg, section, _fill(_SECTIONS[section], _table(value, section, source),
                                         section, source))
@@ -164,6 +170,10 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
             raise ConfigError(f"{source}: unknown section [{section}]")
     if defaults.DEFAULT_QOS not in cfg.qos:
         raise ConfigError(f"{source}: the QOS {defaults.DEFAULT_QOS!r} must be defined")
+    # Known only once [head] is read, wherever it stands in the file.
+    for name, qos in cfg.qos.items():
+        if name not in graced:
+            qos.grace_s = cfg.head.kill_grace_s
     return cfg
 
 
@@ -180,7 +190,11 @@ def _qos(name: str, value: Any, source: str) -> QosConfig:
             table[f"{key}_s"] = parse_duration(table.pop(key))
         except GqError as exc:
             raise ConfigError(f"{source}: [qos.{name}] {key}: {exc}") from None
-    return _fill(QosConfig, table, f"qos.{name}", source)
+    qos = _fill(QosConfig, table, f"qos.{name}", source)
+    if not 0 <= qos.grace_s < math.inf:  # nan or inf would never come to the SIGKILL
+        raise ConfigError(f"{source}: [qos.{name}] grace_s must be a number of seconds, 0 or "
+                          f"more, not {qos.grace_s!r}")
+    return qos
 
 
 def _fill(cls: type, table: dict[str, Any], section: str, source: str) -> Any:

@@ -18,11 +18,18 @@ WAIT_POLL_S = 20.0
 
 #: Between SIGTERM and SIGKILL when a job is cancelled or times out, in seconds.
 KILL_GRACE_S = 10.0
+#: How long before its time limit a job's `--signal` is sent when it names no time, in seconds
+#: (Slurm's default), and the most it may name (Slurm's too).
+SIGNAL_LEAD_S = 60
+MAX_SIGNAL_LEAD_S = 65535
 #: Time limit of a job that names none and whose QOS has no default, in seconds.
 DEFAULT_TIME_LIMIT_S = 24 * 3600
 #: Most messages one socket may hand the loop per iteration, so one busy peer cannot starve the rest.
 MAX_BATCH = 2000
 #: Longest the event loop sleeps with nothing to do, in seconds (timers are checked at least this often).
+#: After a failed commit (a full disk), gqd's next scheduling pass waits this long, in seconds, so
+#: that a pass which cannot be saved does not spin.
+STORE_RETRY_S = 1.0
 LOOP_TICK_S = 1.0
 
 #: The QOS a job gets when it names none.

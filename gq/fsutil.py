@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    # A run's directory belongs to the job's owner: never write (as root) through a link they
+    # planted at the temporary name. O_EXCL creates a new file or fails, following no link.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         os.write(fd, data)
         os.fsync(fd)

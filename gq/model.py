@@ -10,10 +10,11 @@ import datetime as _dt
 import enum
 import math
 import re
+import signal as _signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq.defaults import DEFAULT_OUTPUT
+from gq.defaults import DEFAULT_OUTPUT, MAX_SIGNAL_LEAD_S, SIGNAL_LEAD_S
 from gq.errors import UsageError
 
 
@@ -173,6 +174,66 @@ def parse_gpu_spec(text: str) -> list[Gpu]:
     return gpus
 
 
+# ---------------------------------------------------------------- signals
+
+#: Signals `--signal` may name: Slurm's list, less KILL and STOP, which no job can catch or act on.
+_SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "ALRM", "TERM", "USR1", "USR2", "URG", "CONT",
+                 "TSTP", "TTIN", "TTOU", "XCPU")
+_SIGNAL_FORMS = (f"[B:]SIG[@SECONDS], SIG a name ({', '.join(_SIGNAL_NAMES)}; with or without "
+                 f"SIG, any case) or its number, SECONDS 0 to {MAX_SIGNAL_LEAD_S} (default "
+                 f"{SIGNAL_LEAD_S}), e.g. USR1@120 or B:USR2")
+_SIGNAL_RE = re.compile(r"^(?:(b):)?([a-z0-9]+)(?:@([0-9]+))?$", re.IGNORECASE | re.ASCII)
+
+
+@dataclass(frozen=True)
+class JobSignal:
+    """A job's `--signal`: sent `lead_s` before its time limit, and instead of SIGTERM when it is
+    preempted (Slurm's sbatch --signal)."""
+
+    #: Upper case, without the SIG prefix: `USR1`.
+    name: str
+    lead_s: int = SIGNAL_LEAD_S
+    #: `B:`: only the batch script's own process gets it, not the rest of the job.
+    batch_only: bool = False
+
+    @property
+    def number(self) -> int:
+        return int(_signal.Signals["SIG" + self.name])
+
+    def __str__(self) -> str:
+        """The canonical form, which the spec stores and `gq show` prints: `B:USR1@60`."""
+        return f"{'B:' if self.batch_only else ''}{self.name}@{self.lead_s}"
+
+
+def parse_signal(text: str) -> JobSignal:
+    """`[B:]SIG[@SECONDS]` as sbatch --signal takes it."""
+    m = _SIGNAL_RE.match(str(text).strip())
+    if not m:
+        raise UsageError(f"bad --signal {text!r}: expected {_SIGNAL_FORMS}")
+    lead = int(m[3]) if m[3] is not None else SIGNAL_LEAD_S
+    if lead > MAX_SIGNAL_LEAD_S:
+        raise UsageError(f"bad --signal {text!r}: at most {MAX_SIGNAL_LEAD_S} seconds before the "
+                         f"time limit; expected {_SIGNAL_FORMS}")
+    return JobSignal(name=_signal_name(m[2], text), lead_s=lead, batch_only=bool(m[1]))
+
+
+def _signal_name(word: str, text: str) -> str:
+    name = word.upper().removeprefix("SIG")
+    if word.isdigit():
+        try:
+            name = _signal.Signals(int(word)).name.removeprefix("SIG")
+        except ValueError:
+            name = ""
+    if name in ("KILL", "STOP"):
+        raise UsageError(f"bad --signal {text!r}: SIG{name} cannot be caught, so the job could "
+                         f"not act on it (gq sends SIGKILL itself after the grace time); "
+                         f"expected {_SIGNAL_FORMS}")
+    if name not in _SIGNAL_NAMES:
+        raise UsageError(f"bad --signal {text!r}: {word!r} is not a signal a job may ask for; "
+                         f"expected {_SIGNAL_FORMS}")
+    return name
+
+
 # ---------------------------------------------------------------- jobs
 
 
@@ -200,6 +261,8 @@ class JobSpec:
     output: str | None = None
     error: str | None = None
     requeue: bool = True
+    #: `--signal` in its canonical form (`B:USR1@60`, see JobSignal), or None.
+    signal: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
@@ -250,6 +313,7 @@ class Job:
             "array_job_id": self.array_job_id, "array_index": self.array_index,
             "restart_count": self.restart_count, "work_dir": s.cwd,
             "stdout": self.output_path("output"), "stderr": self.output_path("error"),
+            "signal": s.signal,
         }
 
     def output_path(self, which: str) -> str:
@@ -286,6 +350,9 @@ class Node:
     mem: int = 0
     state: NodeState = NodeState.DOWN
     reason: str = ""
+    #: Why an admin or a health check drained it; kept while it is DOWN, so that it comes back
+    #: DRAIN, until `gq admin resume`.
+    drain_reason: str = ""
     last_seen: float = 0.0
     #: Host name or address other nodes reach it at (MASTER_ADDR of multi-node jobs).
     addr: str = ""

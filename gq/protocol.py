@@ -61,6 +61,7 @@ SPEC_SCHEMA: Schema = {
     "gpu_type": (_OPT_STR, False), "gpu_mem": (_OPT_INT, False), "cpus": (_INT, False),
     "mem": (_INT, False), "time_limit_s": (_OPT_INT, False), "qos": (_OPT_STR, False),
     "output": (_OPT_STR, False), "error": (_OPT_STR, False), "requeue": (_BOOL, False),
+    "signal": (_OPT_STR, False),
 }
 
 SCHEMAS: dict[str, Schema] = {
@@ -73,6 +74,8 @@ SCHEMAS: dict[str, Schema] = {
     WAIT: {"ids": (_LIST, True), "park_s": (_NUM, False)},
     DRAIN: {"nodes": (_LIST, True), "reason": (_STR, True)},
     RESUME: {"nodes": (_LIST, True)},
+    # running: [job_id, restart] of every run the node holds, alive or ended with its report
+    # not yet acked; the head requeues a run it knows started there and that is missing.
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                "mem": (_INT, True), "running": (_LIST, True), "gpu_source": (_STR, False),
                "addr": (_STR, False)},
@@ -85,7 +88,10 @@ SCHEMAS: dict[str, Schema] = {
              "time_limit_s": (_INT, True), "stdout": (_STR, True), "stderr": (_STR, True),
              "job": (_DICT, True), "grace_s": (_NUM, False), "checkpoint_dir": (_STR, False),
              "master_addr": (_STR, False)},
-    KILL: {"job_id": (_INT, True), "restart": (_INT, True), "signal": (_STR, False)},
+    # signal: KILL (at once), or a name (TERM, USR1 ...) sent to the job's process group (only
+    # its top process with batch_only), then SIGKILL after grace_s (default: the launch's grace_s).
+    KILL: {"job_id": (_INT, True), "restart": (_INT, True), "signal": (_STR, False),
+           "batch_only": (_BOOL, False), "grace_s": (_NUM, False)},
     ACK: {"seq": (_INT, True)},
     REREGISTER: {},
     REPLY: {"rid": (_INT, True), "ok": (_BOOL, True)},

@@ -97,7 +97,7 @@ class Store:
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
-            raise StoreError(f"could not commit to {self.path}: {exc}") from None
+            raise StoreError(_write_failure(self.path, exc)) from None
         except BaseException:
             self._rollback()
             raise
@@ -181,7 +181,8 @@ class Store:
     # ------------------------------------------------------------ nodes
 
     def save_node(self, node: Node) -> None:
-        info = {"gpus": [_gpu_dict(g) for g in node.gpus], "cpus": node.cpus, "mem": node.mem}
+        info = {"gpus": [_gpu_dict(g) for g in node.gpus], "cpus": node.cpus, "mem": node.mem,
+                "drain_reason": node.drain_reason}
         self.conn.execute(
             "INSERT OR REPLACE INTO nodes(name, state, reason, last_seen, info) VALUES (?,?,?,?,?)",
             (node.name, node.state.value, node.reason, node.last_seen,
@@ -193,9 +194,17 @@ class Store:
                 "SELECT name, state, reason, last_seen, info FROM nodes ORDER BY name"):
             data = msgpack.unpackb(info, raw=False)
             nodes.append(Node(name=name, state=NodeState(state), reason=reason,
+                              drain_reason=data.get("drain_reason", ""),
                               last_seen=last_seen, cpus=data["cpus"], mem=data["mem"],
                               gpus=[Gpu(**g) for g in data["gpus"]]))
         return nodes
+
+
+def _write_failure(path: Path, exc: sqlite3.Error) -> str:
+    """What a user is told when a request could not be saved (the usual cause: a full disk)."""
+    full = getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL"
+    hint = "; free space on its filesystem" if full else ""
+    return f"gqd could not save to its database {path} ({exc}{hint}): nothing was changed"
 
 
 def _gpu_dict(gpu: Gpu) -> dict[str, Any]:

@@ -6,6 +6,7 @@ real `gq up` and stopped with `gq down`; whatever is left afterwards is killed a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,7 +21,8 @@ import psutil
 import pytest
 
 from gq import config as config_mod
-from gq.cluster import Layout
+from gq.cluster import Layout, write_config
+from gq.model import JobSpec
 from gq.pidfile import read_alive
 
 #: Upper bound for a condition a test waits for; generous because CI machines are slow and shared.
@@ -68,6 +70,17 @@ class LiveCluster:
             pytest.fail(f"gq {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc
 
+    def configure(self, change: Callable[[config_mod.Config], None]) -> None:
+        """Change the config `gq up` will use; call it before the cluster first starts."""
+        cfg = write_config(self.layout)
+        change(cfg)
+        self.layout.config.write_text(config_mod.to_toml(cfg))
+
+    def spec(self, script: str, **kw: Any) -> JobSpec:
+        """A job as `gq submit` run in the work directory would send it."""
+        return JobSpec(script=script, uid=os.getuid(), gid=os.getgid(), cwd=str(self.work),
+                       env={"PATH": os.environ["PATH"]}, **kw)
+
     def submit(self, *args: str) -> int:
         return int(self.gq("submit", "--parsable", *args, check=True).stdout.strip())
 
@@ -94,6 +107,18 @@ class LiveCluster:
 
     def node_pid(self, name: str) -> int | None:
         return read_alive(self.layout.node_pid(name))
+
+    def run_ended(self, node: str, job_id: int) -> bool:
+        """A run of the job on `node` has ended (its shepherd wrote the status), seen or not."""
+        return any((self.layout.node_dir(node) / "jobs").glob(f"{job_id}.*/status.json"))
+
+    def acked(self, node: str) -> bool:
+        """Every report `node` has sent reached gqd and was acknowledged (its outbox is empty)."""
+        return not any((self.layout.node_dir(node) / "outbox").iterdir())
+
+    def settled(self, node: str) -> bool:
+        """`node` holds no run and every report of it was acknowledged."""
+        return self.acked(node) and not any((self.layout.node_dir(node) / "jobs").iterdir())
 
     def reconfigure(self, toml: str) -> None:
         """Add config sections and have gqd reload them (SIGHUP), as a sysadmin would."""
@@ -124,19 +149,24 @@ def _session_leftovers(root: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LiveCluster]:
-    """A running personal cluster: gqd and two gqnodes with 8 fake GPUs each."""
-    root = tmp_path
+def prepare(root: Path) -> LiveCluster:
+    """A cluster's directories and environment under `root`, nothing started yet: its config
+    can still be changed (`LiveCluster.write_config`) before `gq up` creates one."""
     env = {**os.environ, "XDG_STATE_HOME": str(root / "state"),
            "XDG_RUNTIME_DIR": str(root / "run"), "GQ_TIMEOUT": "20"}
     env.pop("GQ_CONFIG", None)
     work = root / "work"
     work.mkdir()
-    live = LiveCluster(root=root, env=env, work=work)
-    up = live.gq("up", "--nodes", "2", "--fake-gpus", "8")
-    assert up.returncode == 0, f"gq up failed: {up.stderr}\n{live.log('gqd')}"
+    return LiveCluster(root=root, env=env, work=work)
+
+
+@contextlib.contextmanager
+def running(live: LiveCluster, nodes: int = 2, fake_gpus: str = "8") -> Iterator[LiveCluster]:
+    """`gq up` on a prepared cluster; `gq down` afterwards, and no process may be left over."""
+    root = live.root
     try:
+        up = live.gq("up", "--nodes", str(nodes), "--fake-gpus", fake_gpus)
+        assert up.returncode == 0, f"gq up failed: {up.stderr}\n{live.log('gqd')}"
         yield live
     finally:
         live.gq("down", timeout=90)
@@ -147,3 +177,10 @@ def cluster(tmp_path: Path) -> Iterator[LiveCluster]:
             except ProcessLookupError:
                 pass
         assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LiveCluster]:
+    """A running personal cluster: gqd and two gqnodes with 8 fake GPUs each."""
+    with running(prepare(tmp_path)) as live:
+        yield live

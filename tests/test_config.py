@@ -35,7 +35,7 @@ FULL = {
     "scheduler": {"weight_qos": 2000, "weight_age": 500, "max_age_s": 86400},
     "qos": {"normal": {"priority": 10, "default_time": "2h", "max_time": "1-00:00:00"},
             "pro": {"priority": 100, "preempts": ["free"], "max_time_s": 3600},
-            "free": {"priority": 1, "default_time": "30"}},
+            "free": {"priority": 1, "default_time": "30", "grace_s": 120}},
     "auth": {"admins": ["root", "ops"]},
 }
 
@@ -92,10 +92,11 @@ def test_from_dict_full_example():
     assert c.client == ClientConfig(endpoints=["tcp://head:6817"], timeout_s=5.0)
     assert c.client_endpoints() == ["tcp://head:6817"]
     assert c.scheduler == SchedulerConfig(weight_qos=2000, weight_age=500, max_age_s=86400)
-    assert c.qos == {
-        "normal": QosConfig(priority=10, default_time_s=7200, max_time_s=86400),
-        "pro": QosConfig(priority=100, preempts=["free"], max_time_s=3600),
-        "free": QosConfig(priority=1, default_time_s=30 * 60),  # a bare number is minutes
+    assert c.qos == {  # a QOS without grace_s gets [head] kill_grace_s
+        "normal": QosConfig(priority=10, default_time_s=7200, max_time_s=86400, grace_s=3),
+        "pro": QosConfig(priority=100, preempts=["free"], max_time_s=3600, grace_s=3),
+        # a bare number is minutes
+        "free": QosConfig(priority=1, default_time_s=30 * 60, grace_s=120),
     }
     assert c.auth == AuthConfig(admins=["root", "ops"])
 
@@ -197,6 +198,25 @@ def test_missing_normal_qos_is_refused():
 def test_qos_section_replaces_default_qos_set():
     c = from_dict({"qos": {"normal": {"priority": 5}}}, SRC)
     assert set(c.qos) == {"normal"} and c.qos["normal"].priority == 5
+
+
+# ---------------------------------------------------------------- QOS grace time
+
+
+def test_qos_grace_defaults_to_head_kill_grace_wherever_head_stands():
+    assert all(q.grace_s == defaults.KILL_GRACE_S for q in Config().qos.values())
+    built_in = from_dict({"head": {"kill_grace_s": 4}}, SRC)
+    assert {q.grace_s for q in built_in.qos.values()} == {4}
+    # [qos] before [head] in the file: the grace is still the head's.
+    c = from_dict({"qos": {"normal": {}, "free": {"grace_s": 0}}, "head": {"kill_grace_s": 7.5}},
+                  SRC)
+    assert (c.qos["normal"].grace_s, c.qos["free"].grace_s) == (7.5, 0)
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf")])
+def test_bad_qos_grace_names_key_and_file(bad: float):
+    with pytest.raises(ConfigError, match=r"test-gq\.toml: \[qos\.free\] grace_s must be"):
+        from_dict({"qos": {"normal": {}, "free": {"grace_s": bad}}}, SRC)
 
 
 # ---------------------------------------------------------------- files

@@ -204,6 +204,19 @@ def test_inject_fault_shows_in_health() -> None:
         source.inject_fault(2, "no such GPU")
 
 
+def test_fault_file_is_read_at_every_health_check(tmp_path: Path) -> None:
+    faults = tmp_path / "fake-gpu-faults"
+    source = open_gpus("2", fault_file=faults)
+    assert source.health() == []
+    faults.write_text("1 Xid 79: GPU has fallen off the bus\n\n")
+    assert source.health() == ["GPU 1: Xid 79: GPU has fallen off the bus"]
+    faults.write_text("7 Xid 48\n")  # a GPU the node lacks: the mistake shows, never silence
+    (problem,) = source.health()
+    assert "bad line '7 Xid 48'" in problem and "no fake GPU 7" in problem
+    faults.unlink()
+    assert source.health() == []
+
+
 @pytest.mark.parametrize("product, expected", [
     ("NVIDIA H100 80GB HBM3", "h100"),
     ("NVIDIA A100-SXM4-40GB", "a100"),

@@ -12,18 +12,12 @@ import pytest
 import zmq
 
 from gq import protocol
-from gq.model import JobSpec
 from tests.conftest import LiveCluster, wait_for
 
 DOCUMENTED_FIELDS = {"id", "name", "user", "state", "reason", "qos", "priority", "nodes",
                      "gpus_per_node", "gpu_type", "time_limit_s", "submit_time", "start_time",
                      "end_time", "exit_code", "node_list", "gpu_ids", "array_job_id",
                      "array_index"}
-
-
-def _spec(cluster: LiveCluster, script: str, **kw: object) -> JobSpec:
-    return JobSpec(script=script, uid=os.getuid(), gid=os.getgid(), cwd=str(cluster.work),
-                   env={"PATH": os.environ["PATH"]}, **kw)
 
 
 def test_sixteen_concurrent_one_gpu_jobs_never_share_a_gpu(cluster: LiveCluster) -> None:
@@ -39,7 +33,7 @@ while [ "$(ls {work} | grep -c '^started[.]')" -lt 16 ]; do
 done
 """
     with cluster.client() as c:
-        ids = c.submit([_spec(cluster, script, gpus=1) for _ in range(16)])
+        ids = c.submit([cluster.spec(script, gpus=1) for _ in range(16)])
         done = c.wait(ids, timeout_s=120)
     assert [j["state"] for j in done] == ["COMPLETED"] * 16, done
     seen = [tuple((work / f"gpu.{i}").read_text().split()) for i in ids]
@@ -274,7 +268,7 @@ def test_tcp_callers_may_read_but_not_change_the_queue(cluster: LiveCluster) -> 
         assert tcp.ping()["proven"] is False
         assert [j["id"] for j in tcp.queue()] == [job_id]
         with pytest.raises(PermissionDenied, match="proven identity"):
-            tcp.submit([_spec(cluster, "#!/bin/sh\ntrue\n")])
+            tcp.submit([cluster.spec("#!/bin/sh\ntrue\n")])
         with pytest.raises(PermissionDenied):
             tcp.cancel([job_id])
     assert cluster.show(job_id)["state"] in ("PENDING", "RUNNING")
@@ -328,7 +322,7 @@ def test_gqnode_killed_and_restarted_reports_true_exit_codes_once(cluster: LiveC
              "every job to begin")
     os.kill(cluster.node_pid("node1"), signal.SIGKILL)
     wait_for(lambda: cluster.show(ids[4])["state"] == "RUNNING" and
-             _gone(cluster, ids[4]), "the 4 s job to end unseen",
+             cluster.run_ended("node1", ids[4]), "the 4 s job to end unseen",
              timeout=30)
     assert cluster.gq("up").returncode == 0
     for secs, code in ends.items():
@@ -342,9 +336,3 @@ def test_gqnode_killed_and_restarted_reports_true_exit_codes_once(cluster: LiveC
     for job_id in ids.values():
         assert (cluster.work / f"runs.{job_id}").read_text() == "run\n", "a job ran twice"
 
-
-def _gone(cluster: LiveCluster, job_id: int) -> bool:
-    """The job's processes have ended (its shepherd wrote the status), gqnode or not."""
-    jobs_dir = cluster.layout.node_dir("node1") / "jobs"
-    status = list(jobs_dir.glob(f"{job_id}.*/status.json"))
-    return bool(status)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
+from gq.errors import ProtocolError, UsageError
+from gq.model import JobSpec
 from tests.conftest import LiveCluster, wait_for
 
 
@@ -102,3 +108,84 @@ def test_show_explains_a_pending_job(cluster: LiveCluster) -> None:
     text = cluster.gq("show", str(waiting), check=True).stdout
     assert "ExpectedStart=" in text and "PriorityFactors=qos:10000" in text
     cluster.gq("cancel", str(waiting), *(str(b) for b in blockers), check=True)
+
+
+#: The built-in QOS with a grace time for the free tier (a [qos.*] table replaces all three).
+_FREE_GRACE_S = 45
+_QOS_WITH_FREE_GRACE = f"""[scheduler]
+preempt_exempt_s = 0
+
+[qos.normal]
+priority = 10
+
+[qos.pro]
+priority = 100
+preempts = ["free"]
+
+[qos.free]
+priority = 1
+grace_s = {_FREE_GRACE_S}
+"""
+
+
+def test_preempted_job_gets_its_signal_and_its_qos_grace(cluster: LiveCluster) -> None:
+    cluster.reconfigure(_QOS_WITH_FREE_GRACE)
+    work = cluster.work
+    # It checkpoints on USR1 and ignores SIGTERM: had it got SIGTERM, it would have saved nothing
+    # and been killed only after the grace. The one not preempted ends when the test says so.
+    script = work / "free.sh"
+    script.write_text(f"""#!/bin/bash
+ckpt="$GQ_CHECKPOINT_DIR/state"
+echo "run=$GQ_RESTART_COUNT found=$(cat "$ckpt" 2>/dev/null || echo none)" >> {work}/free.log
+[ "$GQ_RESTART_COUNT" -ge 1 ] && exit 0
+trap '' TERM
+trap 'echo saved-on-USR1 > "$ckpt"; exit 0' USR1
+while [ ! -e {work}/stop ]; do sleep 0.2; done
+""")
+    free = [cluster.submit("-q", "free", "-g", "8", "-t", "1h", "--signal", "usr1", str(script))
+            for _ in range(2)]
+    for job_id in free:
+        cluster.wait_state(job_id, "RUNNING")
+    wait_for(lambda: (work / "free.log").exists()
+             and (work / "free.log").read_text().count("run=0") == 2, "both free jobs to start")
+    assert cluster.show(free[0])["signal"] == "USR1@60"
+    assert "Signal=USR1@60" in cluster.gq("show", str(free[0]), check=True).stdout
+    pro = cluster.submit("-q", "pro", "-g", "8", "-t", "10m", "--wrap", "sleep 1")
+    cluster.wait_state(pro, "COMPLETED")
+    victims = [j for j in free if cluster.show(j)["restart_count"] == 1]
+    assert len(victims) == 1, "exactly one free job should make room"
+    victim = victims[0]
+    assert cluster.wait_state(victim, "COMPLETED")["restart_count"] == 1
+    resumed = [line for line in (work / "free.log").read_text().splitlines()
+               if line.startswith("run=1")]
+    assert resumed == ["run=1 found=saved-on-USR1"]
+    assert f"preempting job {victim} for job {pro} (SIGUSR1, grace {_FREE_GRACE_S}s)" \
+        in cluster.log("gqd")
+    (work / "stop").touch()
+    cluster.wait_state(next(j for j in free if j != victim), "COMPLETED")
+
+
+def test_signal_comes_its_lead_time_before_the_limit(cluster: LiveCluster) -> None:
+    work = cluster.work
+    script = work / "warned.sh"
+    script.write_text(f"""#!/bin/bash
+#SBATCH --signal=B:USR1@4
+trap 'echo "warned $(date +%s)" >> {work}/warned.log' USR1
+echo "start $(date +%s)" >> {work}/warned.log
+while true; do sleep 0.2; done
+""")
+    job_id = cluster.submit("-t", "8s", str(script))
+    final = cluster.wait_state(job_id, "TIMEOUT")
+    assert final["signal"] == "B:USR1@4"
+    lines = [line.split() for line in (work / "warned.log").read_text().splitlines()]
+    assert [word for word, _ in lines] == ["start", "warned"], lines  # once, before the limit
+    assert 2 <= int(lines[1][1]) - int(lines[0][1]) <= 6, lines
+    # The head checks what a raw client sends, too.
+    spec = JobSpec(script="#!/bin/sh\ntrue\n", uid=os.getuid(), gid=os.getgid(), cwd=str(work))
+    with cluster.client() as c:
+        spec.signal = "SIGSTOP"
+        with pytest.raises(UsageError, match="bad --signal 'SIGSTOP'"):
+            c.submit([spec])
+        spec.signal = 10  # type: ignore[assignment]
+        with pytest.raises(ProtocolError, match="'signal'"):
+            c.submit([spec])

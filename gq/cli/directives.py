@@ -18,7 +18,7 @@ _SLURM_RENAMES = {
     "--gpus": "--gpus", "--workdir": "--chdir", "--nodes": "--nodes", "--time": "--time",
     "--output": "--output", "--error": "--error", "--chdir": "--chdir", "--qos": "--qos",
     "--mem": "--mem", "--export": "--export", "--no-requeue": "--no-requeue",
-    "--requeue": None, "--wait": "--wait", "--parsable": "--parsable",
+    "--requeue": None, "--wait": "--wait", "--parsable": "--parsable", "--signal": "--signal",
 }
 _SLURM_SHORT = {"-J": "--name", "-c": "--cpus", "-G": "--gpus", "-N": "--nodes", "-t": "--time",
                 "-o": "--output", "-e": "--error", "-D": "--chdir", "-q": "--qos"}

@@ -83,7 +83,7 @@ def show_job(job: dict[str, Any]) -> None:
         ("QOS", job["qos"]), ("Priority", job["priority"]), ("JobState", job["state"]),
         ("Reason", job["reason"] or "None"), ("ExitCode", job["exit_code"]),
         ("RestartCnt", job.get("restart_count", 0)), ("RunTime", elapsed(job)),
-        ("TimeLimit", format_duration(job["time_limit_s"])),
+        ("TimeLimit", format_duration(job["time_limit_s"])), ("Signal", job.get("signal")),
         ("SubmitTime", job["submit_time"]), ("StartTime", job["start_time"]),
         ("EndTime", job["end_time"]), ("NumNodes", job["nodes"]),
         ("GpusPerNode", job["gpus_per_node"]), ("GpuType", job["gpu_type"]),

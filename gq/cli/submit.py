@@ -14,11 +14,11 @@ from gq.cli.clickcompat import ParameterSource
 from gq.cli.clickcompat import UsageError as ClickUsageError
 from gq.cli.directives import directive_lines, translate_slurm
 from gq.errors import UsageError
-from gq.model import JobSpec, parse_duration, parse_size
+from gq.model import JobSpec, parse_duration, parse_signal, parse_size
 
 #: Options whose value directives may supply; the command line wins over both kinds of line.
 _MERGEABLE = ("gpus", "nodes", "gpu_type", "gpu_mem", "cpus", "mem", "time", "qos", "name",
-              "output", "error", "chdir", "export", "no_requeue")
+              "output", "error", "chdir", "export", "no_requeue", "job_signal")
 
 
 def register(app: typer.Typer) -> None:
@@ -44,6 +44,10 @@ def submit(
     chdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory"),
     export: str = typer.Option("ALL", "--export", help="ALL, NONE, or VAR[=VAL],... (with ALL, added)"),
     no_requeue: bool = typer.Option(False, "--no-requeue", help="never requeue after a node failure"),
+    job_signal: Optional[str] = typer.Option(
+        None, "--signal", metavar="[B:]SIG[@SECONDS]",
+        help="send SIG SECONDS (default 60) before the time limit, and instead of SIGTERM "
+             "when preempted; B: only to the script's own process"),
     wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its exit code"),
     parsable: bool = typer.Option(False, "--parsable", help="print only the job id"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -124,7 +128,8 @@ def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any])
         gpu_mem=parse_size(v["gpu_mem"]) if v["gpu_mem"] else None, cpus=v["cpus"],
         mem=parse_size(v["mem"]) if v["mem"] else 0,
         time_limit_s=parse_duration(v["time"]) if v["time"] else None, qos=v["qos"],
-        output=v["output"], error=v["error"], requeue=not v["no_requeue"])
+        output=v["output"], error=v["error"], requeue=not v["no_requeue"],
+        signal=str(parse_signal(v["job_signal"])) if v["job_signal"] else None)
 
 
 def export_env(export: str, environ: dict[str, str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
 from gq.head.auth import Caller
 from gq.model import (Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
-                      format_size, iso_time)
+                      format_size, iso_time, parse_signal)
 from gq.head.usage import Usage
 from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, placement, plan
 from gq.sched.priority import factors
@@ -35,6 +35,9 @@ PREEMPTED = "Preempted"
 CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
                                protocol.RESUME})
 MAX_GPUS_PER_NODE = 64
+#: A node's health problems shown in its drain reason: at most this many, this long each.
+MAX_HEALTH_PROBLEMS = 4
+MAX_HEALTH_TEXT = 200
 
 
 @dataclass
@@ -158,6 +161,9 @@ class Head:
                                f"{spec.qos!r} QOS maximum of {format_duration(qos.max_time_s)}")
         if spec.gpu_type:
             spec.gpu_type = spec.gpu_type.lower()
+        if spec.signal is not None:
+            # Stored canonical, so the shepherd and the preemption code never see a bad one.
+            spec.signal = str(parse_signal(spec.signal))
         self._check_satisfiable(spec, views)
         return spec
 
@@ -166,7 +172,7 @@ class Head:
         if not self.nodes:
             return  # nothing registered yet (a fresh head): the job waits for nodes instead
         view = _pending_view(Job(id=0, spec=spec))
-        hosts = [n for n in views if placement.could_ever_fit(n, view)]
+        hosts = [n for n in views if placement.could_ever_fit(n.gpus, view)]
         if len(hosts) >= spec.nodes:
             return
         want = f"{spec.gpus} GPU(s)" + (f" of type {spec.gpu_type}" if spec.gpu_type else "") \
@@ -256,10 +262,15 @@ class Head:
         if not msg["reason"].strip():
             raise UsageError("a drain needs a reason (--reason)")
         for node in nodes:
-            # DRAIN even while DOWN, so that the node stays drained when it comes back.
-            node.state, node.reason = NodeState.DRAIN, msg["reason"]
-            self.store.save_node(node)
+            self._drain(node, msg["reason"])
         return {"nodes": [n.name for n in nodes]}
+
+    def _drain(self, node: Node, reason: str) -> None:
+        # A DOWN node stays DOWN with the reason; drain_reason brings it back drained.
+        if node.state != NodeState.DOWN:
+            node.state = NodeState.DRAIN
+        node.reason = node.drain_reason = reason
+        self.store.save_node(node)
 
     def _req_resume(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         nodes = self._admin_nodes(msg, caller)
@@ -267,6 +278,7 @@ class Head:
             if node.state == NodeState.DRAIN:
                 node.state = NodeState.UP
             node.reason = "" if node.state == NodeState.UP else node.reason
+            node.drain_reason = ""
             self.store.save_node(node)
         self.dirty = True
         return {"nodes": [n.name for n in nodes]}
@@ -329,6 +341,7 @@ class Head:
         if kind == protocol.HEARTBEAT:
             node.telemetry = {int(k): v for k, v in msg.get("telemetry", {}).items()
                               if str(k).isdigit() and isinstance(v, dict)}
+            self._check_health(node, msg.get("health") or [], now)
         elif kind == protocol.REPORT:
             self._report(node, msg, now)
             self.outbox_nodes.append((name, protocol.encode(protocol.ACK, seq=msg["seq"])))
@@ -340,8 +353,9 @@ class Head:
         old = self.nodes.get(name)
         node = Node(name=name, gpus=gpus, cpus=msg["cpus"], mem=msg["mem"], state=NodeState.UP,
                     last_seen=now, addr=msg.get("addr") or name)
-        if old and old.state == NodeState.DRAIN:
-            node.state, node.reason = NodeState.DRAIN, old.reason
+        if old and (old.drain_reason or old.state == NodeState.DRAIN):
+            drain = old.drain_reason or old.reason
+            node.state, node.reason, node.drain_reason = NodeState.DRAIN, drain, drain
         self.nodes[name] = node
         self.registered.add(name)
         self.store.save_node(node)
@@ -359,6 +373,31 @@ class Head:
                 # Not ours to run (cancelled, requeued, forgotten): stop it on the node.
                 self.outbox_nodes.append((name, protocol.encode(
                     protocol.KILL, job_id=job_id, restart=restart, signal="KILL")))
+        for job in self._running_on(name):
+            launch = self.launches[job.id]
+            if (job.id, job.restart_count) not in running and name in launch.confirmed \
+                    and name in launch.holding:
+                # It started there and the node no longer has it, not even as an unacked end
+                # (its state directory was lost): that run is gone.
+                log.warning("node %s lost job %d run %d", name, job.id, job.restart_count)
+                self._lose_job(job, now)
+
+    def _running_on(self, name: str) -> list[Job]:
+        return [j for j in self.jobs.values()
+                if j.state == JobState.RUNNING and name in j.alloc and j.id in self.launches]
+
+    def _check_health(self, node: Node, problems: list[Any], now: float) -> None:
+        """Fail fast: a node whose GPU reports an error (XID, ECC, GPU lost) is drained with it,
+        and its jobs are requeued rather than left to crash or compute garbage there."""
+        found = [str(p)[:MAX_HEALTH_TEXT] for p in problems][:MAX_HEALTH_PROBLEMS]
+        reason = "; ".join(found)
+        if not found or (node.state == NodeState.DRAIN and node.reason == reason):
+            return
+        log.warning("node %s is unhealthy, draining it: %s", node.name, reason)
+        self._drain(node, reason)
+        for job in self._running_on(node.name):
+            self._lose_job(job, now)
+        self.dirty = True
 
     def _report(self, node: Node, msg: dict[str, Any], now: float) -> None:
         job = self.jobs.get(msg["job_id"])
@@ -447,17 +486,29 @@ class Head:
 
     def node_down(self, node: Node, reason: str, now: float) -> None:
         log.warning("node %s is DOWN: %s", node.name, reason)
-        node.state, node.reason = NodeState.DOWN, reason
+        if node.state == NodeState.DRAIN:
+            node.drain_reason = node.drain_reason or node.reason
+        node.state, node.reason = NodeState.DOWN, reason + (
+            f" (drained: {node.drain_reason})" if node.drain_reason else "")
         self.registered.discard(node.name)
         self.store.save_node(node)
         for job in [j for j in self.jobs.values() if node.name in j.alloc and j.holds_alloc]:
-            self.launches.pop(job.id, None)
-            job.holds_alloc = False
             if job.state == JobState.RUNNING:
-                self._node_failed(job, now)
+                self._lose_job(job, now)
             else:
                 self._release(job)
         self.dirty = True
+
+    def _lose_job(self, job: Job, now: float) -> None:
+        """The job's run cannot go on (a node is down or unhealthy): kill what is left of it on
+        every node, at once or when a node comes back (a gang job's other ranks too), and free
+        its GPUs; then requeue it as a new run, or end it NODE_FAIL."""
+        for name in job.alloc:
+            self.outbox_nodes.append((name, protocol.encode(
+                protocol.KILL, job_id=job.id, restart=job.restart_count, signal="KILL")))
+        self.launches.pop(job.id, None)
+        job.holds_alloc = False
+        self._node_failed(job, now)
 
     def _node_failed(self, job: Job, now: float) -> None:
         """A running job lost its node: requeue it as a new run, or end it NODE_FAIL."""
@@ -499,13 +550,19 @@ class Head:
             self._send_launch(job, now)
 
     def _preempt(self, victim: Job, for_job: int) -> None:
-        """Signal the victim (grace, then kill, on the node); it is requeued when it has ended."""
-        log.info("preempting job %d for job %d", victim.id, for_job)
+        """Signal the victim (its --signal, else SIGTERM), give it its QOS's grace time, then
+        SIGKILL, on the node; it is requeued when it has ended."""
+        sig = parse_signal(victim.spec.signal) if victim.spec.signal else None
+        qos = self.cfg.qos.get(victim.spec.qos or defaults.DEFAULT_QOS)
+        grace = qos.grace_s if qos else self.cfg.head.kill_grace_s  # its QOS left the config
+        name = sig.name if sig else "TERM"
+        log.info("preempting job %d for job %d (SIG%s, grace %gs)", victim.id, for_job, name, grace)
         victim.reason = PREEMPTED
         self.store.update_job(victim, "reason")
         for node in victim.alloc:
             self.outbox_nodes.append((node, protocol.encode(
-                protocol.KILL, job_id=victim.id, restart=victim.restart_count, signal="TERM")))
+                protocol.KILL, job_id=victim.id, restart=victim.restart_count, signal=name,
+                batch_only=bool(sig and sig.batch_only), grace_s=grace)))
 
     def _running_views(self) -> tuple[RunningJob, ...]:
         return tuple(RunningJob(id=j.id, qos=j.spec.qos or defaults.DEFAULT_QOS,

@@ -37,6 +37,8 @@ class HeadServer:
         self.cfg = cfg
         self.store = store
         self.head = Head(cfg, store, time.time())
+        #: No scheduling pass before this time (set after a failed commit).
+        self.schedule_after = 0.0
         self.ctx = zmq.Context()
         self.zap = ZapHandler(self.ctx)  # must run before any bind, so no connection skips it
         self.clients = [self._bind_client(ep) for ep in cfg.head.client_endpoints]
@@ -76,7 +78,8 @@ class HeadServer:
                  self.cfg.head.node_endpoint)
         service.notify("READY=1")
         while True:
-            timeout_ms = 0 if self.head.dirty else int(defaults.LOOP_TICK_S * 1000)
+            due = self.head.dirty and time.time() >= self.schedule_after
+            timeout_ms = 0 if due else int(defaults.LOOP_TICK_S * 1000)
             events = dict(self.poller.poll(timeout_ms))
             if self.signals.wake_r.fileno() in events or self.signals.wake_r in events:
                 self.signals.drain()
@@ -134,11 +137,13 @@ class HeadServer:
                 for name, payload in node_msgs:
                     self._node(name, payload, now)
                 self.head.tick(now)
-                if self.head.dirty:
+                if self.head.dirty and now >= self.schedule_after:
                     self.head.schedule(now)
         except StoreError as exc:
-            log.error("%s; nothing of this batch was kept", exc)
+            log.error("%s (a batch of %d requests and %d node messages)", exc, len(requests),
+                      len(node_msgs))
             self.head.load(now)
+            self.schedule_after = now + defaults.STORE_RETRY_S
             self.head.deferred.clear()
             replies = [(r, protocol.error(_rid_of(r.payload), exc.code, str(exc)), False)
                        if accepted else (r, data, accepted) for r, data, accepted in replies]

@@ -29,7 +29,7 @@ from gq.errors import GqError
 from gq.fsutil import write_atomic
 from gq.model import JobState, parse_size
 from gq.node import shepherd
-from gq.node.gpus import GpuSource, open_gpus
+from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
 from gq.node.outbox import Outbox
 from gq.pidfile import acquire
 
@@ -92,11 +92,14 @@ class NodeDaemon:
         log.info("adopted %d running jobs; %d reports waiting", len(self.runs), len(self.outbox))
 
     def register(self) -> None:
+        """Tell the head what this node has, runs it still holds included (their ends too)."""
         self._send(protocol.REGISTER, node=self.name, addr=self.addr, cpus=self.cpus,
                    mem=self.mem, gpu_source=self.gpu_source.kind,
                    gpus=[{"index": g.index, "type": g.type, "memory": g.memory, "uuid": g.uuid,
                           "name": g.name} for g in self.gpus],
-                   running=[[r.job_id, r.restart] for r in self.runs.values()])
+                   running=[[r.job_id, r.restart] for r in self.runs.values()]
+                   + [[e["job_id"], e["restart"]] for e in self.outbox.entries()
+                      if e.get("event") == protocol.FINISHED])
 
     # ------------------------------------------------------------ the loop
 
@@ -149,7 +152,7 @@ class NodeDaemon:
         if kind == protocol.LAUNCH:
             self.launch(msg)
         elif kind == protocol.KILL:
-            self.kill(msg["job_id"], msg["restart"], msg.get("signal", "TERM"))
+            self.kill(msg)
         elif kind == protocol.ACK:
             entry = self.outbox.ack(msg["seq"])
             if entry and entry.get("event") == protocol.FINISHED:
@@ -178,10 +181,19 @@ class NodeDaemon:
                          "event": protocol.STARTED, "time": time.time()})
         log.info("job %d run %d started (shepherd %d, GPUs %s)", key[0], key[1], pid, msg["gpus"])
 
-    def kill(self, job_id: int, restart: int, sig: str) -> None:
-        run = self.runs.get((job_id, restart))
+    def kill(self, msg: dict[str, Any]) -> None:
+        """Pass a KILL on to the run's shepherd: SIGUSR1 to kill at once; else the stop order
+        (which signal, to whom, how much grace) into the run's directory, then SIGTERM."""
+        run = self.runs.get((msg["job_id"], msg["restart"]))
         if run is None:
             return
+        sig = msg.get("signal", "TERM")
+        if sig != "KILL":
+            try:
+                shepherd.order_stop(run.dir, sig, msg.get("batch_only", False), msg.get("grace_s"))
+            except OSError as exc:
+                log.warning("job %d run %d: cannot write its stop order (%s): it gets SIGTERM",
+                            run.job_id, run.restart, exc)
         with contextlib.suppress(ProcessLookupError):
             os.kill(run.pid, signal.SIGUSR1 if sig == "KILL" else signal.SIGTERM)
 
@@ -280,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         lock = acquire(state_dir / "gqnode.pid")
         daemon = NodeDaemon(
             name=name, head=args.head or cfg.node.head, state_dir=state_dir,
-            gpus=open_gpus(args.fake_gpus), addr=args.addr or socket.gethostname(),
+            gpus=open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE),
+            addr=args.addr or socket.gethostname(),
             cpus=cfg.node.cpus or os.cpu_count() or 1,
             mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
             heartbeat_s=cfg.node.heartbeat_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 from typing import Any, Protocol
 
 from gq.model import Gpu, parse_gpu_spec
@@ -12,6 +13,9 @@ log = logging.getLogger("gq.node.gpus")
 
 #: Temperature fake GPUs report, in Celsius: plausible for an idle card.
 FAKE_TEMP = 30
+#: In gqnode's state directory: each line `INDEX MESSAGE` makes fake GPU INDEX report MESSAGE
+#: (an XID error, say) as a health problem, so tests can break a GPU of a running node.
+FAULT_FILE = "fake-gpu-faults"
 
 
 class GpuSource(Protocol):
@@ -41,9 +45,10 @@ class FakeGpus:
 
     kind = "fake"
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, fault_file: Path | None = None) -> None:
         self._gpus = parse_gpu_spec(spec)
         self._faults: list[str] = []
+        self._fault_file = fault_file
 
     def discover(self) -> list[Gpu]:
         return list(self._gpus)
@@ -52,14 +57,36 @@ class FakeGpus:
         return {g.index: {"util": 0, "mem_used": 0, "temp": FAKE_TEMP} for g in self._gpus}
 
     def health(self) -> list[str]:
-        return list(self._faults)
+        return [*self._faults, *self._file_faults()]
 
     def inject_fault(self, index: int, message: str) -> None:
         """Make health() report `message` for GPU `index` from now on, as a real XID error would."""
+        self._faults.append(self._fault(index, message))
+
+    def _fault(self, index: int, message: str) -> str:
         if not 0 <= index < len(self._gpus):
             # A fault on a GPU the node does not have would test nothing; say so instead.
             raise ValueError(f"no fake GPU {index}: this node has {len(self._gpus)}")
-        self._faults.append(f"GPU {index}: {message}")
+        return f"GPU {index}: {message}"
+
+    def _file_faults(self) -> list[str]:
+        """The faults written into the fault file now (it is read at every heartbeat)."""
+        if self._fault_file is None:
+            return []
+        try:
+            lines = self._fault_file.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        except (OSError, UnicodeDecodeError) as exc:
+            return [f"{self._fault_file}: unreadable: {exc}"]
+        faults = []
+        for line in filter(str.strip, lines):
+            index, _, message = line.strip().partition(" ")
+            try:
+                faults.append(self._fault(int(index), message.strip() or "fault"))
+            except ValueError as exc:  # a broken test setup shows, rather than testing nothing
+                faults.append(f"{self._fault_file}: bad line {line!r}: {exc}")
+        return faults
 
     def close(self) -> None:
         pass
@@ -152,10 +179,12 @@ class NvmlGpus:
                 log.debug("nvmlShutdown failed: %s", e)
 
 
-def open_gpus(fake_spec: str | None, nvml: Any = None) -> GpuSource:
-    """FakeGpus for a spec; otherwise NVML, or NoGpus with a warning when NVML is unavailable."""
+def open_gpus(fake_spec: str | None, nvml: Any = None,
+              fault_file: Path | None = None) -> GpuSource:
+    """FakeGpus for a spec (faults from `fault_file`); otherwise NVML, or NoGpus with a warning
+    when NVML is unavailable."""
     if fake_spec is not None:
-        return FakeGpus(fake_spec)
+        return FakeGpus(fake_spec, fault_file)
     if nvml is None:
         try:
             import pynvml as nvml

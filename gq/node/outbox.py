@@ -49,6 +49,10 @@ class Outbox:
             (self.dir / f"{seq:016d}.msg").unlink(missing_ok=True)
         return entry
 
+    def entries(self) -> list[dict[str, Any]]:
+        """The reports not yet acknowledged, oldest first."""
+        return [self._entries[seq] for seq in sorted(self._entries)]
+
     def __len__(self) -> int:
         return len(self._entries)
 

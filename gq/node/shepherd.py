@@ -1,11 +1,13 @@
 """The shepherd: one process per job run, outside gqnode's lifetime.
 
-It starts the job in its own session with the contract's environment, enforces the time limit,
-passes on cancels (SIGTERM, grace, SIGKILL to the whole process group), reaps it, kills what is
-left of its session, and writes the final status atomically into the run's directory. gqnode forks
-it (no new interpreter per job) and reads that status; a restarted gqnode re-adopts it.
+It starts the job in its own session with the contract's environment, sends the job's `--signal`
+before its time limit, enforces the limit, passes on stops (a signal, grace, SIGKILL to the whole
+process group), reaps it, kills what is left of its session, and writes the final status
+atomically into the run's directory. gqnode forks it (no new interpreter per job) and reads that
+status; a restarted gqnode re-adopts it.
 
-Signals gqnode sends the shepherd: SIGTERM cancel gracefully; SIGUSR1 kill at once.
+Signals gqnode sends the shepherd: SIGTERM stop gracefully, as the run's stop order says
+(`order_stop`); SIGUSR1 kill at once.
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from gq.errors import GqError
 from gq.fsutil import write_atomic
-from gq.model import JobState
+from gq.model import JobSignal, JobState, parse_signal
 
 LAUNCH_FILE = "launch.msg"
 STATUS_FILE = "status.json"
 PID_FILE = "shepherd.pid"
+STOP_FILE = "stop.json"
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
 #: When nothing else is due, the shepherd still wakes this often (seconds) to re-check its child.
 _IDLE_WAKE_S = 60.0
@@ -76,7 +81,7 @@ def run(run_dir: Path) -> int:
         _write_status(run_dir, JobState.FAILED, 127 if isinstance(exc, FileNotFoundError) else 126,
                       started, note=str(exc))
         return 0
-    state, code = _supervise(proc, launch, started)
+    state, code = _supervise(proc, launch, started, run_dir)
     _kill_session(proc.pid)
     _write_status(run_dir, state, code, started)
     return 0
@@ -193,23 +198,31 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float
-               ) -> tuple[JobState, int]:
-    """Wait for the job, enforcing its time limit and passing on cancels; (state, exit code)."""
+def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float,
+               run_dir: Path) -> tuple[JobState, int]:
+    """Wait for the job, sending its --signal, enforcing its time limit and passing on stops;
+    (state, exit code)."""
     limit = launch["time_limit_s"]
     grace = float(launch.get("grace_s", 10.0))
     deadline = started + limit if limit else None
+    warning = _job_signal(launch) if deadline is not None else None
+    # sbatch --signal: once, lead_s before the limit (at the start when the limit is shorter).
+    warn_at = max(started, deadline - warning.lead_s) if warning and deadline else None
     ending: JobState | None = None  # why we are stopping it, once we are
     kill_at: float | None = None
     while (rc := proc.poll()) is None:
         now = time.time()
+        if warning and warn_at is not None and ending is None and now >= warn_at:
+            _deliver(proc.pid, warning.number, warning.batch_only)
+            warn_at = None
         if deadline is not None and ending is None and now >= deadline:
             ending, kill_at = JobState.TIMEOUT, now + grace
             _signal_group(proc.pid, signal.SIGTERM)
         if kill_at is not None and now >= kill_at:
             _signal_group(proc.pid, signal.SIGKILL)
             kill_at = None
-        wake = [t for t in (deadline if ending is None else None, kill_at) if t is not None]
+        timers = (warn_at, deadline) if ending is None else ()
+        wake = [t for t in (*timers, kill_at) if t is not None]
         timeout = max(0.0, min(wake) - now) if wake else _IDLE_WAKE_S
         info = signal.sigtimedwait(_WATCHED, timeout)
         if info is None or info.si_signo == signal.SIGCHLD:
@@ -217,13 +230,79 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
         if info.si_signo == signal.SIGUSR1:
             ending = ending or JobState.CANCELLED
             _signal_group(proc.pid, signal.SIGKILL)
-        elif ending is None:  # SIGTERM / SIGINT: a cancel
-            ending, kill_at = JobState.CANCELLED, time.time() + grace
-            _signal_group(proc.pid, signal.SIGTERM)
+        elif ending is None:  # SIGTERM / SIGINT: a cancel or a preemption
+            stop = _stop_order(run_dir, grace)
+            ending, kill_at = JobState.CANCELLED, time.time() + stop.grace_s
+            _deliver(proc.pid, stop.signum, stop.batch_only)
     code = rc if rc >= 0 else 128 - rc
     if ending is not None:
         return ending, code
     return (JobState.COMPLETED if rc == 0 else JobState.FAILED), code
+
+
+def _job_signal(launch: dict[str, Any]) -> JobSignal | None:
+    text = launch["spec"].get("signal")
+    try:
+        return parse_signal(text) if text else None
+    except GqError as exc:  # the head checked it at submit; a bad one must not end supervision
+        print(f"gq shepherd: ignoring the job's --signal: {exc}", file=sys.stderr)
+        return None
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """How to stop the job gracefully: `signum` (to the group, or only the script with
+    `batch_only`), then SIGKILL to the group after `grace_s`."""
+
+    signum: int
+    batch_only: bool
+    grace_s: float
+
+
+def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float | None) -> None:
+    """Tell a run's shepherd how its next SIGTERM is to stop the job (gqnode, before the SIGTERM).
+
+    A signal carries no data, and the shepherd may be one that a restarted gqnode adopted (not its
+    child, no pipe to it). A file in the run's directory outlives both and is the simplest channel
+    that works for either. It is written whole (atomic rename) before the SIGTERM is sent, and the
+    shepherd reads it only on a SIGTERM, so it never sees half an order or acts on none.
+    """
+    order = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
+    write_atomic(run_dir / STOP_FILE, json.dumps(order).encode())
+
+
+def _stop_order(run_dir: Path, default_grace: float) -> _Stop:
+    """The stop order gqnode wrote; without one (or with a bad one), SIGTERM to the group and the
+    launch's grace, as for a cancel."""
+    default = _Stop(signal.SIGTERM, False, default_grace)
+    try:
+        order = json.loads(_read_trusted(run_dir / STOP_FILE))
+        grace = order.get("grace_s")
+        return _Stop(parse_signal(order["signal"]).number, bool(order.get("batch_only")),
+                     default_grace if grace is None else max(0.0, float(grace)))
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, GqError) as exc:
+        print(f"gq shepherd: bad stop order ({exc!r}); sending SIGTERM", file=sys.stderr)
+        return default
+
+
+def _read_trusted(path: Path) -> str:
+    """A file only we (gqnode's user) can have written: the run's directory belongs to the job's
+    owner, who must not be able to order a longer grace or no signal for their own job."""
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW)) as f:
+        if os.fstat(f.fileno()).st_uid != os.geteuid():
+            raise PermissionError(f"{path} is not gqnode's")
+        return f.read()
+
+
+def _deliver(pid: int, signum: int, batch_only: bool) -> None:
+    """Signal the job: its whole process group, or (`B:`) only its top process, the script."""
+    if batch_only:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+    else:
+        _signal_group(pid, signum)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
