@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gq.model import Gpu
-from gq.sched.types import NodeView, PendingJob
+from gq.sched.types import PendingJob
 
 
 def gpu_fits(gpu: Gpu, job: PendingJob) -> bool:
@@ -12,6 +12,7 @@ def gpu_fits(gpu: Gpu, job: PendingJob) -> bool:
         and (job.gpu_mem is None or gpu.memory >= job.gpu_mem)
 
 
-def could_ever_fit(node: NodeView, job: PendingJob) -> bool:
-    """Whether the node, empty, could hold one rank of the job (else the job can never run there)."""
-    return sum(1 for g in node.gpus if gpu_fits(g, job)) >= job.gpus
+def could_ever_fit(gpus: tuple[Gpu, ...], job: PendingJob) -> bool:
+    """Whether a node with these GPUs, empty, could hold one rank of the job (else the job can
+    never run there)."""
+    return sum(1 for g in gpus if gpu_fits(g, job)) >= job.gpus

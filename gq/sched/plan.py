@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from gq.model import Gpu
 from gq.sched import placement
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import order
@@ -42,57 +43,105 @@ class _Pass:
         # either, since bookings only grow during a pass. Jobs of one shape are tried once.
         self.failed_now: dict[tuple[object, ...], float] = {}
         self.never: dict[tuple[object, ...], bool] = {}
+        # Nodes grouped by their GPU tuple, so "could any node ever hold this shape" is asked
+        # once per tuple (the simulator shares one among all nodes; hashing GPUs costs more).
+        self.kinds: dict[int, tuple[tuple[Gpu, ...], int]] = {}
+        for n in state.nodes:
+            self.kinds[id(n.gpus)] = (n.gpus, self.kinds.get(id(n.gpus), (n.gpus, 0))[1] + 1)
         self.blocked: list[PendingJob] = []
 
     def consider(self, job: PendingJob, may_reserve: bool) -> None:
         """Start `job` now if that delays no reservation; else give its reason (and maybe a
-        reservation)."""
+        reservation). Runs for most of the queue every pass, so the cheap tests come first."""
         shape = _shape(job)
-        if shape not in self.never:
-            self.never[shape] = sum(placement.could_ever_fit(n, job)
-                                    for n in self.state.nodes) < job.nodes
-        if self.never[shape]:
+        if self._never_fits(job, shape):
             self.result.reasons[job.id] = NEVER_FITS
             return
-        if not self.profile.any_free_now() and not self._needs_work(job, may_reserve):
-            # Nothing is free: nothing more can start in this pass, so only the reason is left.
-            self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
-            self.blocked.append(job)
-            return
         limit = job.time_limit_s or math.inf
-        if shape not in self.failed_now or self.failed_now[shape] > limit:
+        failed = self.failed_now.get(shape)
+        # A shape that failed at a shorter limit fails again (bookings only grow in a pass); with
+        # nothing free, only a job that must be looked at anyway is (see _needs_work).
+        if (failed is None or failed > limit) \
+                and (self.profile.any_free_now() or self._needs_work(job, may_reserve)):
             alloc = self.profile.place(job, self.now)
             if alloc is not None:
                 self.profile.book(job, alloc, self.now)
                 self.result.starts.append(Start(job_id=job.id, alloc=alloc))
                 return
-            self.failed_now[shape] = min(self.failed_now.get(shape, limit), limit)
-        self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
-        self.blocked.append(job)
-        aged = self.now - job.submit_time >= self.policy.reserve_age_s
+            self.failed_now[shape] = limit
+        self._wait(job)
         # A reservation only matters while something could still start in this pass (or to
         # judge whether preempting is worth it, or to tell the user when the job should start).
-        useful = self.policy.explain or self.profile.any_free_now() \
-            or job.qos in self.policy.preempts
-        if (may_reserve or aged) and useful and len(self.result.reservations) < MAX_RESERVATIONS:
+        if (may_reserve or self._aged(job)) and len(self.result.reservations) < MAX_RESERVATIONS \
+                and (self.policy.explain or self.profile.any_free_now()
+                     or job.qos in self.policy.preempts):
             reservation = _reserve(self.profile, job)
             if reservation is not None:
                 self.profile.book(job, reservation.alloc, reservation.start)
                 self.result.reservations[job.id] = reservation
 
+    def backfill(self, rest: list[PendingJob]) -> None:
+        """The jobs behind the reserved ones fill the gaps smallest first (GPU-seconds by their
+        limits), tier by tier: many short jobs finish sooner for every hour a long one would
+        have held the gap.
+
+        Only jobs that could start now (enough nodes with enough free GPUs for their shape;
+        free GPUs only get fewer in a pass), are old enough to reserve, or may preempt are
+        sorted and tried; the others can only wait. On a long queue behind a busy cluster that
+        is most of the queue, and this keeps their cost to a lookup each."""
+        if not self.blocked:  # the first to wait is told Resources, the rest Priority: in order
+            self._try_in_order(rest)
+            return
+        fits_now: dict[tuple[object, ...], bool] = {}
+        tried, waiting = [], []
+        for job in rest:
+            shape = _shape(job)
+            fits = fits_now.get(shape)
+            if fits is None:
+                fits = fits_now[shape] = self.profile.may_fit_now(job)
+            if fits or self._aged(job) or self._needs_work(job, False):
+                tried.append(job)
+            else:
+                waiting.append(job)
+        self._try_in_order(tried)
+        for job in waiting:
+            if self._never_fits(job, _shape(job)):
+                self.result.reasons[job.id] = NEVER_FITS
+            else:
+                self._wait(job)
+
+    def _try_in_order(self, jobs: list[PendingJob]) -> None:
+        tier, prios = self.policy.qos_priority, self.result.priorities
+        # Ids are unique, so sorting never compares the jobs themselves.
+        keyed = sorted([(-tier.get(j.qos, 0), _area(j), -prios[j.id], j.id, j) for j in jobs])
+        for *_, job in keyed:
+            self.consider(job, may_reserve=False)
+
+    def _wait(self, job: PendingJob) -> None:
+        self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
+        self.blocked.append(job)
+
+    def _never_fits(self, job: PendingJob, shape: tuple[object, ...]) -> bool:
+        never = self.never.get(shape)
+        if never is None:
+            never = self.never[shape] = sum(count for gpus, count in self.kinds.values()
+                                            if placement.could_ever_fit(gpus, job)) < job.nodes
+        return never
+
+    def _aged(self, job: PendingJob) -> bool:
+        return self.now - job.submit_time >= self.policy.reserve_age_s
 
     def _needs_work(self, job: PendingJob, may_reserve: bool) -> bool:
         """Whether a job must be looked at although no GPU is free: to reserve it for display,
         or because it may preempt."""
-        aged = self.now - job.submit_time >= self.policy.reserve_age_s
-        return (self.policy.explain and (may_reserve or aged)) or job.qos in self.policy.preempts
+        return (self.policy.explain and (may_reserve or self._aged(job))) \
+            or job.qos in self.policy.preempts
 
 
 def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     run = _Pass(state, now, policy)
     ranked = order(state.pending, now, policy, state.usage)
-    for prio, job in ranked:
-        run.result.priorities[job.id] = prio
+    run.result.priorities = {job.id: prio for prio, job in ranked}
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
     rest: list[PendingJob] = []
@@ -101,13 +150,7 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
             rest = [j for _, j in ranked[i:]]
             break
         run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)
-    # The rest fill the gaps smallest first (GPU-seconds by their limits), tier by tier: many
-    # short jobs finish sooner for every hour a long one would have held the gap.
-    tier, prios = policy.qos_priority, run.result.priorities
-    keyed = sorted((-tier.get(j.qos, 0), _area(j), -prios[j.id], j.id) for j in rest)
-    by_id = {j.id: j for j in rest}
-    for *_, job_id in keyed:
-        run.consider(by_id[job_id], may_reserve=False)
+    run.backfill(rest)
     if policy.preempts:
         _preempt(state, now, policy, run.blocked, run.result)
     return run.result
@@ -127,7 +170,7 @@ def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:
 
 def _preempt(state: Snapshot, now: float, policy: Policy, blocked: list[PendingJob],
              result: Plan) -> None:
-    victims = Victims(state, now, policy)
+    victims: Victims | None = None  # built on first need: most passes have no preemptor
     tried = 0
     hopeless: set[tuple[object, ...]] = set()  # (shape, QOS) that found no victims this pass
     for job in blocked:
@@ -143,6 +186,8 @@ def _preempt(state: Snapshot, now: float, policy: Policy, blocked: list[PendingJ
         tried += 1
         if tried > MAX_PREEMPTORS:
             return
+        if victims is None:
+            victims = Victims(state, now, policy)
         chosen = victims.choose(job, set(victim_qos))
         if chosen:
             result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in chosen)

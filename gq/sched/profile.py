@@ -34,8 +34,13 @@ class NodeProfile:
         return True
 
     def take(self, gpus: tuple[int, ...], start: float, end: float) -> None:
+        busy, interval = self.busy, (start, end)
         for gpu in gpus:
-            insort(self.busy.setdefault(gpu, []), (start, end))
+            intervals = busy.get(gpu)
+            if intervals is None:
+                busy[gpu] = [interval]
+            else:
+                insort(intervals, interval)
 
 
 class Profile:
@@ -52,8 +57,12 @@ class Profile:
                     node.take(gpus, now, end)
         for view in nodes:
             # A GPU the snapshot says is taken but no running job explains (a job still being
-            # stopped) is taken now, and free soon after.
+            # stopped) is taken now, and free soon after. (When as many GPUs have bookings as
+            # are taken, and none of them is free, every taken GPU is explained.)
             node = self.nodes[view.name]
+            if len(node.busy) == len(view.gpus) - len(view.free) \
+                    and view.free.isdisjoint(node.busy):
+                continue
             for gpu in view.gpus:
                 if gpu.index not in view.free and not node.busy.get(gpu.index):
                     node.take((gpu.index,), now, now + 1.0)
@@ -63,6 +72,12 @@ class Profile:
 
     def any_free_now(self) -> bool:
         return self._free_total > 0
+
+    def may_fit_now(self, job: PendingJob) -> bool:
+        """Whether enough schedulable nodes have enough free GPUs for the job's shape (needed,
+        not sufficient, for `place` to find room now)."""
+        return sum(1 for name, free in self.free_now.items()
+                   if free >= job.gpus and self.nodes[name].view.schedulable) >= job.nodes
 
     def end_times(self) -> list[float]:
         """Every time some GPU frees up, ascending: the candidate start times of a reservation."""
