@@ -285,6 +285,75 @@ def test_cpu_and_memory_are_consumed_across_jobs():
     assert set(p.reasons) == {2, 3}
 
 
+# ---------------------------------------------------------------- GPU sharing (--share)
+
+
+def shared_run(job_id: int, gpus: tuple[int, ...], mem: int, name: str = "n1",
+               qos: str = "normal") -> RunningJob:
+    return RunningJob(id=job_id, qos=qos, alloc={name: gpus}, start_time=NOW - 100,
+                      time_limit_s=3600, share_mem=mem)
+
+
+def test_sharing_jobs_fill_one_gpu_while_their_vram_fits():
+    # 80 GiB GPUs: three 20 GiB sharers and a 20 GiB one fit on GPU 0; the fifth goes next door.
+    p = run([node("n1", n=2)], [job(i, share=True, gpu_mem=20 * GiB, time_limit_s=600)
+                                for i in range(1, 6)])
+    assert starts(p) == {1: {"n1": (0,)}, 2: {"n1": (0,)}, 3: {"n1": (0,)}, 4: {"n1": (0,)},
+                         5: {"n1": (1,)}}
+
+
+def test_sharing_job_joins_a_running_sharer_and_respects_its_vram():
+    # GPU 0 holds a 60 GiB sharer: a 20 GiB sharer joins it, a 30 GiB one cannot and takes GPU 1.
+    nodes = [node("n1", n=2, used=(0,))]
+    state = Snapshot(nodes=tuple(nodes), running=(shared_run(50, (0,), 60 * GiB),),
+                     pending=(job(1, share=True, gpu_mem=20 * GiB, time_limit_s=60),
+                              job(2, share=True, gpu_mem=30 * GiB, time_limit_s=60)))
+    p = plan(state, NOW, POLICY)
+    assert starts(p) == {1: {"n1": (0,)}, 2: {"n1": (1,)}}
+
+
+def test_sharing_needs_no_free_gpu():
+    # Every GPU is held, GPU 1 only by a sharer: a sharing job still starts there.
+    nodes = [node("n1", n=2, used=(0, 1))]
+    running = (RunningJob(id=50, qos="normal", alloc={"n1": (0,)}, start_time=NOW - 10,
+                          time_limit_s=3600), shared_run(51, (1,), 10 * GiB))
+    state = Snapshot(nodes=tuple(nodes), running=running,
+                     pending=(job(1, 2), job(2, share=True, gpu_mem=10 * GiB, time_limit_s=60)))
+    p = plan(state, NOW, POLICY)
+    assert starts(p) == {2: {"n1": (1,)}}
+
+
+def test_sharing_and_exclusive_jobs_never_mix_on_a_gpu():
+    nodes = [node("n1", n=2, used=(0, 1))]
+    # GPU 0 exclusive, GPU 1 shared: the exclusive job gets neither, the sharer only GPU 1.
+    running = (RunningJob(id=50, qos="normal", alloc={"n1": (0,)}, start_time=NOW - 10,
+                          time_limit_s=3600), shared_run(51, (1,), 10 * GiB))
+    state = Snapshot(nodes=tuple(nodes), running=running,
+                     pending=(job(1), job(2, share=True, gpu_mem=10 * GiB, time_limit_s=60)))
+    p = plan(state, NOW, POLICY)
+    assert starts(p) == {2: {"n1": (1,)}}
+    assert p.reasons == {1: RESOURCES}
+    # And on a free GPU taken by a sharer in this pass, a later exclusive job does not land.
+    p = run([node("n2", n=1)], [job(1, share=True, gpu_mem=10 * GiB, time_limit_s=60, age=10),
+                                job(2, time_limit_s=60)])
+    assert starts(p) == {1: {"n2": (0,)}}
+    assert 2 in p.reasons
+
+
+def test_sharing_job_too_big_for_any_gpu_never_fits():
+    p = run([node("n1", mem=24 * GiB)], [job(1, share=True, gpu_mem=40 * GiB)])
+    assert p.reasons == {1: NEVER_FITS}
+
+
+def test_sharing_jobs_are_not_preemption_victims():
+    policy = Policy(qos_priority={"free": 1, "pro": 100}, preempts={"pro": ("free",)},
+                    preempt_exempt_s=0)
+    state = Snapshot(nodes=(node("n1", n=1, used=(0,)),),
+                     running=(shared_run(50, (0,), 10 * GiB, qos="free"),),
+                     pending=(job(1, qos="pro"),))
+    assert plan(state, NOW, policy).preemptions == []
+
+
 # ---------------------------------------------------------------- properties
 
 _TYPES = ["h100", "a100", "l4"]
@@ -309,7 +378,19 @@ def snapshots(draw) -> Snapshot:
                        gpu_mem=draw(st.none() | st.sampled_from([24 * GiB, 40 * GiB, 80 * GiB])),
                        cpus=draw(st.integers(0, 8)), mem=draw(st.integers(0, 16)) * GiB)
             for j in range(1, draw(st.integers(1, 30)) + 1)]
-    return Snapshot(nodes=tuple(nodes), pending=tuple(jobs))
+    # Some jobs share their GPUs (with a VRAM need), and some held GPUs are held by sharers.
+    jobs = [PendingJob(**{**j.__dict__, "share": True, "gpu_mem": j.gpu_mem or 8 * GiB,
+                          "time_limit_s": 600})
+            if draw(st.booleans()) else j for j in jobs]
+    running = []
+    for n in nodes:
+        for g in sorted(set(range(len(n.gpus))) - n.free):
+            if draw(st.booleans()):
+                running.append(RunningJob(id=1000 + len(running), qos="normal",
+                                          alloc={n.name: (g,)}, start_time=NOW - 5,
+                                          time_limit_s=draw(st.integers(1, 7200)),
+                                          share_mem=draw(st.sampled_from([0, 8, 30])) * GiB))
+    return Snapshot(nodes=tuple(nodes), pending=tuple(jobs), running=tuple(running))
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -319,6 +400,9 @@ def test_plan_invariants(state: Snapshot):
     nodes = {n.name: n for n in state.nodes}
     jobs = {j.id: j for j in state.pending}
     taken: set[tuple[str, int]] = set()
+    # VRAM already taken by sharers on each GPU held only by sharing jobs.
+    shared_vram = {(name, g): r.share_mem for r in state.running if r.share_mem
+                   for name, gpus in r.alloc.items() for g in gpus}
     cpus = {n.name: 0 for n in state.nodes}
     mem = {n.name: 0 for n in state.nodes}
     started = [s.job_id for s in p.starts]
@@ -332,8 +416,15 @@ def test_plan_invariants(state: Snapshot):
             assert len(gpu_ids) == j.gpus == len(set(gpu_ids))
             by_index = {g.index: g for g in nv.gpus}
             for g in gpu_ids:
+                if j.share:  # a free GPU, or one only sharers hold, while the VRAM sum fits
+                    assert g in nv.free or (name, g) in shared_vram, f"{name}:{g} is exclusive"
+                    assert (name, g) not in taken, f"sharer {j.id} on exclusive {name}:{g}"
+                    shared_vram[(name, g)] = shared_vram.get((name, g), 0) + j.gpu_mem
+                    assert shared_vram[(name, g)] <= by_index[g].memory, f"VRAM of {name}:{g}"
+                    continue
                 assert g in nv.free, f"job {j.id} got busy GPU {name}:{g}"
-                assert (name, g) not in taken, f"GPU {name}:{g} given twice"
+                assert (name, g) not in taken and (name, g) not in shared_vram, \
+                    f"GPU {name}:{g} given twice"
                 taken.add((name, g))
                 assert j.gpu_type is None or by_index[g].type == j.gpu_type
                 assert j.gpu_mem is None or by_index[g].memory >= j.gpu_mem

@@ -9,6 +9,7 @@ when their own reservation is not imminent.
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from gq.model import Gpu
@@ -26,10 +27,6 @@ NEVER_FITS = "ReqNodeNotAvail"
 MAX_RESERVATIONS = 32
 #: A reservation this close (seconds) is left to come rather than preempting for it.
 IMMINENT_S = 60.0
-
-
-def _shape(job: PendingJob) -> tuple[object, ...]:
-    return (job.nodes, job.gpus, job.gpu_type, job.gpu_mem, job.cpus, job.mem)
 
 
 class _Pass:
@@ -53,7 +50,7 @@ class _Pass:
     def consider(self, job: PendingJob, may_reserve: bool) -> None:
         """Start `job` now if that delays no reservation; else give its reason (and maybe a
         reservation). Runs for most of the queue every pass, so the cheap tests come first."""
-        shape = _shape(job)
+        shape = job.shape
         if self._never_fits(job, shape):
             self.result.reasons[job.id] = NEVER_FITS
             return
@@ -61,8 +58,8 @@ class _Pass:
         failed = self.failed_now.get(shape)
         # A shape that failed at a shorter limit fails again (bookings only grow in a pass); with
         # nothing free, only a job that must be looked at anyway is (see _needs_work).
-        if (failed is None or failed > limit) \
-                and (self.profile.any_free_now() or self._needs_work(job, may_reserve)):
+        if (failed is None or failed > limit) and (self.profile.any_free_now() or job.share
+                                                   or self._needs_work(job, may_reserve)):
             alloc = self.profile.place(job, self.now)
             if alloc is not None:
                 self.profile.book(job, alloc, self.now)
@@ -85,37 +82,59 @@ class _Pass:
         limits), tier by tier: many short jobs finish sooner for every hour a long one would
         have held the gap.
 
-        Only jobs that could start now (enough nodes with enough free GPUs for their shape;
+        On a long queue behind a busy cluster most jobs can only wait, so each costs a lookup:
+        only jobs that could start now (enough nodes with enough free GPUs for their shape;
         free GPUs only get fewer in a pass), are old enough to reserve, or may preempt are
-        sorted and tried; the others can only wait. On a long queue behind a busy cluster that
-        is most of the queue, and this keeps their cost to a lookup each."""
+        ordered, and only until no GPU is free; after that, only those that must be looked at
+        anyway (`_needs_work`) are."""
         if not self.blocked:  # the first to wait is told Resources, the rest Priority: in order
-            self._try_in_order(rest)
+            for *_, job in sorted(self._keyed(rest)):
+                self.consider(job, may_reserve=False)
             return
+        room = self.profile.room_now()
         fits_now: dict[tuple[object, ...], bool] = {}
         tried, waiting = [], []
+        aged_before = self.now - self.policy.reserve_age_s
+        preempts, explain = self.policy.preempts, self.policy.explain
         for job in rest:
-            shape = _shape(job)
-            fits = fits_now.get(shape)
+            fits = fits_now.get(job.shape)
             if fits is None:
-                fits = fits_now[shape] = self.profile.may_fit_now(job)
-            if fits or self._aged(job) or self._needs_work(job, False):
+                fits = fits_now[job.shape] = job.share or (
+                    job.nodes <= len(room) and room[job.nodes - 1] >= job.gpus)
+            # (aged, or _needs_work(job, False): an aged job may reserve while GPUs are free)
+            if fits or job.submit_time <= aged_before or job.qos in preempts:
                 tried.append(job)
             else:
                 waiting.append(job)
-        self._try_in_order(tried)
-        for job in waiting:
-            if self._never_fits(job, _shape(job)):
-                self.result.reasons[job.id] = NEVER_FITS
+        heap = self._keyed(tried)
+        heapq.heapify(heap)
+        while heap and self.profile.any_free_now():
+            self.consider(heapq.heappop(heap)[-1], may_reserve=False)
+        needy = []
+        for key in heap:
+            job = key[-1]
+            # _needs_work(job, False), or a sharing job, which needs no free GPU to start
+            if (explain and job.submit_time <= aged_before) or job.qos in preempts or job.share:
+                needy.append(key)
             else:
-                self._wait(job)
-
-    def _try_in_order(self, jobs: list[PendingJob]) -> None:
-        tier, prios = self.policy.qos_priority, self.result.priorities
-        # Ids are unique, so sorting never compares the jobs themselves.
-        keyed = sorted([(-tier.get(j.qos, 0), _area(j), -prios[j.id], j.id, j) for j in jobs])
-        for *_, job in keyed:
+                waiting.append(job)
+        for *_, job in sorted(needy):
             self.consider(job, may_reserve=False)
+        # The rest wait: they are not first (self.blocked holds the reserved job), so Priority,
+        # unless no node could ever hold them.
+        by_shape = {job.shape: job for job in waiting}
+        never = {shape for shape, job in by_shape.items() if self._never_fits(job, shape)}
+        if never:
+            self.result.reasons.update((j.id, NEVER_FITS) for j in waiting if j.shape in never)
+            waiting = [job for job in waiting if job.shape not in never]
+        self.blocked.extend(waiting)
+        self.result.reasons.update(dict.fromkeys((job.id for job in waiting), PRIORITY))
+
+    def _keyed(self, jobs: list[PendingJob]) -> list[tuple[object, ...]]:
+        """Sort keys of the backfill order, each ending with its job (ids are unique, so a
+        comparison never reaches the job itself)."""
+        tier, prios = self.policy.qos_priority, self.result.priorities
+        return [(-tier.get(j.qos, 0), j.area, -prios[j.id], j.id, j) for j in jobs]
 
     def _wait(self, job: PendingJob) -> None:
         self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
@@ -156,10 +175,6 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     return run.result
 
 
-def _area(job: PendingJob) -> float:
-    return job.nodes * max(job.gpus, 1) * (job.time_limit_s or math.inf)
-
-
 def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:
     """The earliest time and GPUs where the job fits for its whole limit, or None."""
     found = profile.earliest(job)
@@ -180,7 +195,7 @@ def _preempt(state: Snapshot, now: float, policy: Policy, blocked: list[PendingJ
         reservation = result.reservations.get(job.id)
         if reservation is not None and reservation.start - now <= IMMINENT_S:
             continue
-        key = (_shape(job), job.qos)
+        key = (job.shape, job.qos)
         if key in hopeless:
             continue
         tried += 1

@@ -21,7 +21,8 @@ class Victims:
         self.gpus = {n.name: {g.index: g for g in n.gpus} for n in self.nodes.values()}
         self.by_node: dict[str, list[tuple[float, float, RunningJob]]] = {}
         for run in state.running:
-            if run.ending or now - run.start_time < policy.preempt_exempt_s:
+            # A sharing job is no victim: stopping one sharer frees no GPU while others stay.
+            if run.ending or run.share_mem or now - run.start_time < policy.preempt_exempt_s:
                 continue
             cost = sum(len(g) for g in run.alloc.values()) * max(0.0, now - run.start_time)
             for name in run.alloc:

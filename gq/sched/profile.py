@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from bisect import insort
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from gq.sched.placement import gpu_fits
 from gq.sched.types import Alloc, NodeView, PendingJob, RunningJob
@@ -24,6 +25,8 @@ class NodeProfile:
     #: leave out running jobs; reservations do not count, being later).
     cpus_started: int = 0
     mem_started: int = 0
+    #: GPU index -> (start, end, VRAM) bookings of sharing jobs, each also in `busy`.
+    shared: dict[int, list[tuple[float, float, int]]] = field(default_factory=dict)
 
     def free_over(self, gpu: int, start: float, end: float) -> bool:
         for b_start, b_end in self.busy.get(gpu, ()):
@@ -32,6 +35,30 @@ class NodeProfile:
             if b_end > start:
                 return False
         return True
+
+    def share_room(self, gpu: int, start: float, end: float) -> int:
+        """VRAM left over [start, end) for one more sharing job on `gpu`; -1 when an exclusive
+        booking overlaps. Every overlapping sharing booking counts, concurrent or not: a bound
+        that can only be too low, so VRAM is never over-committed."""
+        bookings = sum(1 for b_start, b_end in self.busy.get(gpu, ())
+                       if b_start < end and b_end > start)
+        sharing = [mem for b_start, b_end, mem in self.shared.get(gpu, ())
+                   if b_start < end and b_end > start]
+        if bookings > len(sharing):
+            return -1
+        return self.memory[gpu] - sum(sharing)
+
+    def held_now(self, gpu: int, now: float) -> bool:
+        return any(b_start <= now < b_end for b_start, b_end in self.busy.get(gpu, ()))
+
+    @cached_property
+    def memory(self) -> dict[int, int]:
+        return {g.index: g.memory for g in self.view.gpus}
+
+    def take_shared(self, gpus: tuple[int, ...], start: float, end: float, mem: int) -> None:
+        self.take(gpus, start, end)
+        for gpu in gpus:
+            insort(self.shared.setdefault(gpu, []), (start, end, mem))
 
     def take(self, gpus: tuple[int, ...], start: float, end: float) -> None:
         busy, interval = self.busy, (start, end)
@@ -53,7 +80,9 @@ class Profile:
             end = now + 1.0 if job.ending else max(job.end_estimate, now + 1.0)
             for name, gpus in job.alloc.items():
                 node = self.nodes.get(name)
-                if node is not None:
+                if node is not None and job.share_mem:
+                    node.take_shared(gpus, now, end, job.share_mem)
+                elif node is not None:
                     node.take(gpus, now, end)
         for view in nodes:
             # A GPU the snapshot says is taken but no running job explains (a job still being
@@ -73,11 +102,11 @@ class Profile:
     def any_free_now(self) -> bool:
         return self._free_total > 0
 
-    def may_fit_now(self, job: PendingJob) -> bool:
-        """Whether enough schedulable nodes have enough free GPUs for the job's shape (needed,
-        not sufficient, for `place` to find room now)."""
-        return sum(1 for name, free in self.free_now.items()
-                   if free >= job.gpus and self.nodes[name].view.schedulable) >= job.nodes
+    def room_now(self) -> list[int]:
+        """Free GPUs per schedulable node, most first: a job needing g GPUs on each of n nodes
+        can start now only if room[n - 1] >= g (needed, not sufficient, for `place`)."""
+        return sorted((free for name, free in self.free_now.items()
+                       if self.nodes[name].view.schedulable), reverse=True)
 
     def end_times(self) -> list[float]:
         """Every time some GPU frees up, ascending: the candidate start times of a reservation."""
@@ -86,29 +115,39 @@ class Profile:
         return sorted(times)
 
     def earliest(self, job: PendingJob) -> tuple[float, Alloc] | None:
-        """The earliest time after now, and the GPUs, where the job fits for its whole limit."""
+        """The earliest time after now, and the GPUs, where the job fits for its whole limit
+        (ties to the node that comes first)."""
         if job.nodes > 1:
             return self._earliest_gang(job)
         length = job.time_limit_s or math.inf
-        best: tuple[float, str, list[int]] | None = None
-        for name, node in self.nodes.items():
-            if not node.view.schedulable:
-                continue
+        # No node can start the job before its `gpus`-th GPU first comes free: visit nodes by
+        # that bound and stop once it cannot beat the best start found.
+        bounds = []
+        for rank, node in enumerate(self.nodes.values()):
             matching = self._matching(node, job)
-            if len(matching) < job.gpus:
-                continue
+            if node.view.schedulable and len(matching) >= job.gpus:
+                firsts = sorted(_first_free(node.busy.get(g, ()), self.now) for g in matching)
+                bound = firsts[job.gpus - 1] if job.gpus else self.now
+                if bound < math.inf:
+                    bounds.append((bound, rank, node, matching))
+        bounds.sort(key=_bound_key)
+        best: tuple[float, int, NodeProfile, list[int]] | None = None
+        for bound, rank, node, matching in bounds:
+            if best is not None and (bound, rank) >= best[:2]:
+                break
             starts = sorted({end for g in matching for _, end in node.busy.get(g, ())
-                             if self.now < end < math.inf})
+                             if end >= bound and self.now < end < math.inf})
             for t in starts:
-                if best is not None and t >= best[0]:
-                    break  # this node cannot beat the best found so far
+                if best is not None and (t, rank) >= best[:2]:
+                    break
                 free = [g for g in matching if node.free_over(g, t, t + length)]
                 if len(free) >= job.gpus:
-                    best = (t, name, self._prefer_unreserved(node, free, job.gpus, t))
+                    best = (t, rank, node, free)
                     break
         if best is None:
             return None
-        return best[0], {best[1]: tuple(best[2])}
+        t, _, node, free = best
+        return t, {node.view.name: tuple(self._prefer_unreserved(node, free, job.gpus, t))}
 
     def _earliest_gang(self, job: PendingJob) -> tuple[float, Alloc] | None:
         for start in self.end_times():
@@ -127,6 +166,10 @@ class Profile:
     def candidates(self, node: NodeProfile, job: PendingJob, start: float) -> list[int]:
         """GPUs of `node` that match the job and are free from `start` for its whole limit."""
         end = start + job.time_limit_s if job.time_limit_s else math.inf
+        if job.share:
+            need = job.gpu_mem or 0
+            return [g for g in self._matching(node, job)
+                    if node.share_room(g, start, end) >= need]
         return [g for g in self._matching(node, job) if node.free_over(g, start, end)]
 
     def place(self, job: PendingJob, start: float) -> Alloc | None:
@@ -135,13 +178,16 @@ class Profile:
         fits: list[tuple[int, int, str, list[int]]] = []
         for name, node in self.nodes.items():
             view = node.view
-            if not view.schedulable or (now and self.free_now[name] < job.gpus):
+            if not view.schedulable or (now and not job.share and self.free_now[name] < job.gpus):
                 continue
             if now and (view.cpus_free - node.cpus_started < job.cpus
                         or view.mem_free - node.mem_started < job.mem):
                 continue
             gpus = self.candidates(node, job, start) if job.gpus else []
             if len(gpus) < job.gpus:
+                continue
+            if job.share:
+                fits.append(self._share_fit(node, job, gpus, start))
                 continue
             chosen = self._prefer_unreserved(node, gpus, job.gpus, start)
             # Best fit: the node with the fewest free GPUs left over, so 1-GPU work packs onto
@@ -151,6 +197,16 @@ class Profile:
             return None
         fits.sort()
         return {name: tuple(gpus) for _, _, name, gpus in fits[:job.nodes]}
+
+    def _share_fit(self, node: NodeProfile, job: PendingJob, gpus: list[int],
+                   start: float) -> tuple[int, int, str, list[int]]:
+        """A sharing job's best fit on `node`: the GPUs with the least VRAM left that still
+        hold it (so sharing jobs pile onto GPUs already shared and whole GPUs stay free), and
+        the node where it takes the fewest GPUs no job holds now."""
+        end = start + job.time_limit_s if job.time_limit_s else math.inf
+        chosen = sorted(gpus, key=lambda g: (node.share_room(g, start, end), g))[:job.gpus]
+        fresh = sum(1 for g in chosen if not node.held_now(g, self.now))
+        return fresh, self.free_now[node.view.name] - fresh, node.view.name, sorted(chosen)
 
     def _prefer_unreserved(self, node: NodeProfile, gpus: list[int], count: int,
                            start: float) -> list[int]:
@@ -163,12 +219,32 @@ class Profile:
         end = start + job.time_limit_s if job.time_limit_s else math.inf
         for name, gpus in alloc.items():
             node = self.nodes[name]
-            node.take(gpus, start, end)
+            taken = len(gpus)  # of the GPUs no job held (a sharing job may join held ones)
+            if job.share:
+                taken = sum(1 for g in gpus if not node.held_now(g, self.now))
+                node.take_shared(gpus, start, end, job.gpu_mem or 0)
+            else:
+                node.take(gpus, start, end)
             if start <= self.now:
-                self.free_now[name] -= len(gpus)
-                self._free_total -= len(gpus)
+                self.free_now[name] -= taken
+                self._free_total -= taken
                 node.cpus_started += job.cpus
                 node.mem_started += job.mem
+
+
+def _first_free(intervals: list[tuple[float, float]], now: float) -> float:
+    """The first time from `now` on that a GPU with these (start-sorted) bookings is free."""
+    t = now
+    for start, end in intervals:
+        if start > t:
+            break
+        if end > t:
+            t = end
+    return t
+
+
+def _bound_key(bound: tuple[float, int, NodeProfile, list[int]]) -> tuple[float, int]:
+    return bound[0], bound[1]
 
 
 def _future_load(node: NodeProfile, start: float) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from gq.model import Gpu
 
@@ -42,6 +43,22 @@ class PendingJob:
     nice: int = 0
     user: str = ""
     account: str = ""
+    #: Shares its GPUs with other sharing jobs while their VRAM (`gpu_mem` each) fits; never
+    #: with an exclusive job.
+    share: bool = False
+
+    # Computed once per job object (the simulator keeps its objects between passes): a pass
+    # reads them for every queued job.
+    @cached_property
+    def shape(self) -> tuple[object, ...]:
+        """What placement depends on besides the time limit: jobs of one shape fit alike."""
+        return (self.nodes, self.gpus, self.gpu_type, self.gpu_mem, self.cpus, self.mem,
+                self.share)
+
+    @cached_property
+    def area(self) -> float:
+        """GPU-seconds by its limit (an unlimited job is infinitely large)."""
+        return self.nodes * max(self.gpus, 1) * (self.time_limit_s or math.inf)
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,8 @@ class RunningJob:
     cpus: int = 0
     mem: int = 0
     user: str = ""
+    #: VRAM it takes on each of its GPUs when it shares them (0: it holds them exclusively).
+    share_mem: int = 0
     #: Being stopped (cancelled or preempted): never chosen again, and its GPUs are as good
     #: as free for planning.
     ending: bool = False
