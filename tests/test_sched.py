@@ -354,6 +354,59 @@ def test_sharing_jobs_are_not_preemption_victims():
     assert plan(state, NOW, policy).preemptions == []
 
 
+# ---------------------------------------------------------------- pools (guaranteed nodes per QOS)
+
+POOLS = Policy(qos_priority={"free": 1, "normal": 10, "pro": 100}, preempt_exempt_s=0,
+               pools={"pro": frozenset({"pool1"})})
+
+
+def test_other_qos_borrow_a_pool_only_when_nothing_else_fits():
+    nodes = [node("pool1"), node("general", used=(0, 1, 2, 3, 4, 5))]
+    # Two 1-GPU jobs fit on the general node; the third must borrow the pool.
+    p = run(nodes, [job(i) for i in (1, 2, 3)], POOLS)
+    assert {j: next(iter(a)) for j, a in starts(p).items()} == {1: "general", 2: "general",
+                                                               3: "pool1"}
+
+
+def test_owner_jobs_prefer_their_pool():
+    nodes = [node("general", used=(0,)), node("pool1", used=(0,))]
+    p = run(nodes, [job(1, qos="pro")], POOLS)
+    assert starts(p) == {1: {"pool1": (1,)}}
+
+
+def test_a_pool_is_not_lent_while_its_owner_waits():
+    # The owner's 8-GPU job waits for pool1 (held); a 1-GPU normal job may not borrow pool1's
+    # last free GPU meanwhile.
+    nodes = [node("pool1", used=(0,)), node("general", used=tuple(range(8)))]
+    p = run(nodes, [job(1, 8, qos="pro", age=10), job(2)], POOLS)
+    assert starts(p) == {}
+    assert set(p.reasons) == {1, 2}
+
+
+def test_owner_takes_back_borrowed_nodes_from_any_qos():
+    # normal jobs (which no QOS "preempts") borrowed pool1; a pro job needing it back gets
+    # them preempted, and only those on its pool: the general node's job is left alone.
+    running = (RunningJob(id=50, qos="normal", alloc={"pool1": tuple(range(8))},
+                          start_time=NOW - 1000, time_limit_s=86400),
+               RunningJob(id=51, qos="normal", alloc={"general": tuple(range(8))},
+                          start_time=NOW - 10, time_limit_s=86400))
+    nodes = (node("pool1", used=tuple(range(8))), node("general", used=tuple(range(8))))
+    state = Snapshot(nodes=nodes, running=running, pending=(job(1, 8, qos="pro"),))
+    p = plan(state, NOW, POOLS)
+    assert [(x.victim, x.for_job) for x in p.preemptions] == [(50, 1)]
+    # Without the pool, pro may preempt nobody here.
+    no_pool = Policy(qos_priority=POOLS.qos_priority, preempt_exempt_s=0)
+    assert plan(state, NOW, no_pool).preemptions == []
+
+
+def test_owner_does_not_preempt_its_own_qos_on_its_pool():
+    running = (RunningJob(id=50, qos="pro", alloc={"pool1": tuple(range(8))},
+                          start_time=NOW - 1000, time_limit_s=86400),)
+    state = Snapshot(nodes=(node("pool1", used=tuple(range(8))),), running=running,
+                     pending=(job(1, 8, qos="pro"),))
+    assert plan(state, NOW, POOLS).preemptions == []
+
+
 # ---------------------------------------------------------------- properties
 
 _TYPES = ["h100", "a100", "l4"]

@@ -34,7 +34,9 @@ class _Pass:
 
     def __init__(self, state: Snapshot, now: float, policy: Policy):
         self.state, self.now, self.policy = state, now, policy
-        self.profile = Profile(state.nodes, state.running, now)
+        # A pool is lent out only while no job of its owner waits.
+        closed = {j.qos for j in state.pending if j.qos in policy.pools} if policy.pools else set()
+        self.profile = Profile(state.nodes, state.running, now, policy.owner, closed)
         self.result = Plan()
         # Shape -> smallest time limit that could not start now: a longer or equal one cannot
         # either, since bookings only grow during a pass. Jobs of one shape are tried once.
@@ -71,7 +73,7 @@ class _Pass:
         # judge whether preempting is worth it, or to tell the user when the job should start).
         if (may_reserve or self._aged(job)) and len(self.result.reservations) < MAX_RESERVATIONS \
                 and (self.policy.explain or self.profile.any_free_now()
-                     or job.qos in self.policy.preempts):
+                     or job.qos in self.policy.preemptors):
             reservation = _reserve(self.profile, job)
             if reservation is not None:
                 self.profile.book(job, reservation.alloc, reservation.start)
@@ -95,7 +97,7 @@ class _Pass:
         fits_now: dict[tuple[object, ...], bool] = {}
         tried, waiting = [], []
         aged_before = self.now - self.policy.reserve_age_s
-        preempts, explain = self.policy.preempts, self.policy.explain
+        preempts, explain = self.policy.preemptors, self.policy.explain
         for job in rest:
             fits = fits_now.get(job.shape)
             if fits is None:
@@ -154,7 +156,7 @@ class _Pass:
         """Whether a job must be looked at although no GPU is free: to reserve it for display,
         or because it may preempt."""
         return (self.policy.explain and (may_reserve or self._aged(job))) \
-            or job.qos in self.policy.preempts
+            or job.qos in self.policy.preemptors
 
 
 def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
@@ -170,8 +172,8 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
             break
         run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)
     run.backfill(rest)
-    if policy.preempts:
-        _preempt(state, now, policy, run.blocked, run.result)
+    if policy.preemptors:
+        _preempt(state, now, policy, run)
     return run.result
 
 
@@ -183,14 +185,15 @@ def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:
     return Reservation(job_id=job.id, start=found[0], alloc=found[1])
 
 
-def _preempt(state: Snapshot, now: float, policy: Policy, blocked: list[PendingJob],
-             result: Plan) -> None:
+def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
+    result, profile = run.result, run.profile
     victims: Victims | None = None  # built on first need: most passes have no preemptor
     tried = 0
     hopeless: set[tuple[object, ...]] = set()  # (shape, QOS) that found no victims this pass
-    for job in blocked:
-        victim_qos = policy.preempts.get(job.qos)
-        if not victim_qos or result.reasons.get(job.id) == NEVER_FITS:
+    for job in run.blocked:
+        victim_qos = policy.preempts.get(job.qos, ())
+        pool = policy.pools.get(job.qos, frozenset())
+        if not (victim_qos or pool) or result.reasons.get(job.id) == NEVER_FITS:
             continue
         reservation = result.reservations.get(job.id)
         if reservation is not None and reservation.start - now <= IMMINENT_S:
@@ -203,7 +206,8 @@ def _preempt(state: Snapshot, now: float, policy: Policy, blocked: list[PendingJ
             return
         if victims is None:
             victims = Victims(state, now, policy)
-        chosen = victims.choose(job, set(victim_qos))
+        chosen = victims.choose(job, set(victim_qos), pool,
+                                lambda name: profile.pool_rank(name, job) is not None)
         if chosen:
             result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in chosen)
         else:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gq.model import Gpu
 from gq.sched.placement import gpu_fits
 from gq.sched.types import PendingJob, Policy, RunningJob, Snapshot
@@ -31,10 +33,15 @@ class Victims:
             runs.sort(key=lambda c: c[:2])
         self.taken: set[int] = set()
 
-    def choose(self, job: PendingJob, victim_qos: set[str]) -> list[int]:
-        """The cheapest victims whose GPUs, with the free ones, fit every rank of `job`."""
+    def choose(self, job: PendingJob, victim_qos: set[str], pool: frozenset[str] = frozenset(),
+               usable: Callable[[str], bool] | None = None) -> list[int]:
+        """The cheapest victims whose GPUs, with the free ones, fit every rank of `job`: jobs of
+        `victim_qos`, and on the nodes of `pool` (the job's QOS's own) any other QOS's, which
+        borrowed them. Only nodes `usable` by the job are looked at."""
         options: list[tuple[float, str, list[int]]] = []
         for name, node in self.nodes.items():
+            if usable is not None and not usable(name):
+                continue
             gpus = self.gpus[name]
             free = sum(1 for g in node.free if _matches(gpus, job, g))
             chosen: list[int] = []
@@ -42,7 +49,8 @@ class Victims:
             for run_cost, _, run in self.by_node.get(name, ()):
                 if free >= job.gpus:
                     break
-                if run.id in self.taken or run.qos not in victim_qos:
+                if run.id in self.taken or (run.qos not in victim_qos
+                                            and (name not in pool or run.qos == job.qos)):
                     continue
                 gained = sum(1 for g in run.alloc[name] if _matches(gpus, job, g))
                 if gained:

@@ -71,8 +71,11 @@ class NodeProfile:
 
 
 class Profile:
-    def __init__(self, nodes: tuple[NodeView, ...], running: tuple[RunningJob, ...], now: float):
+    def __init__(self, nodes: tuple[NodeView, ...], running: tuple[RunningJob, ...], now: float,
+                 owner: dict[str, str] | None = None, closed: set[str] | None = None):
         self.now = now
+        #: Node -> the QOS whose pool it is in; the owners whose pools are not lent out now.
+        self.owner, self.closed = owner or {}, closed or set()
         self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
         self._match_cache: dict[tuple[object, ...], list[int]] = {}
         for job in running:
@@ -125,7 +128,8 @@ class Profile:
         bounds = []
         for rank, node in enumerate(self.nodes.values()):
             matching = self._matching(node, job)
-            if node.view.schedulable and len(matching) >= job.gpus:
+            if node.view.schedulable and len(matching) >= job.gpus \
+                    and self.pool_rank(node.view.name, job) is not None:
                 firsts = sorted(_first_free(node.busy.get(g, ()), self.now) for g in matching)
                 bound = firsts[job.gpus - 1] if job.gpus else self.now
                 if bound < math.inf:
@@ -175,10 +179,13 @@ class Profile:
     def place(self, job: PendingJob, start: float) -> Alloc | None:
         """GPUs for every rank of `job` from `start`, best fit, or None."""
         now = start <= self.now
-        fits: list[tuple[int, int, str, list[int]]] = []
+        fits: list[tuple[int, int, int, str, list[int]]] = []
         for name, node in self.nodes.items():
             view = node.view
             if not view.schedulable or (now and not job.share and self.free_now[name] < job.gpus):
+                continue
+            pool_rank = self.pool_rank(name, job)
+            if pool_rank is None:
                 continue
             if now and (view.cpus_free - node.cpus_started < job.cpus
                         or view.mem_free - node.mem_started < job.mem):
@@ -187,16 +194,27 @@ class Profile:
             if len(gpus) < job.gpus:
                 continue
             if job.share:
-                fits.append(self._share_fit(node, job, gpus, start))
+                fits.append((pool_rank, *self._share_fit(node, job, gpus, start)))
                 continue
             chosen = self._prefer_unreserved(node, gpus, job.gpus, start)
             # Best fit: the node with the fewest free GPUs left over, so 1-GPU work packs onto
             # busy nodes and idle nodes stay whole; name breaks ties so plans are stable.
-            fits.append((self.free_now[name] - job.gpus, _future_load(node, start), name, chosen))
+            fits.append((pool_rank, self.free_now[name] - job.gpus, _future_load(node, start),
+                         name, chosen))
         if len(fits) < job.nodes:
             return None
         fits.sort()
-        return {name: tuple(gpus) for _, _, name, gpus in fits[:job.nodes]}
+        return {name: tuple(gpus) for *_, name, gpus in fits[:job.nodes]}
+
+    def pool_rank(self, name: str, job: PendingJob) -> int | None:
+        """Where a node stands for a job: its QOS's own pool first (0), then nodes of no pool
+        (1), then another QOS's pool, borrowed (2); None while that owner has a job waiting."""
+        owner = self.owner.get(name)
+        if owner is None:
+            return 1
+        if owner == job.qos:
+            return 0
+        return None if owner in self.closed else 2
 
     def _share_fit(self, node: NodeProfile, job: PendingJob, gpus: list[int],
                    start: float) -> tuple[int, int, str, list[int]]:

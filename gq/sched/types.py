@@ -115,10 +115,23 @@ class Policy:
     preempts: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: A job started less than this long ago is not preempted (seconds).
     preempt_exempt_s: int = 600
+    #: QOS -> the nodes it owns (its guaranteed pool). Jobs of other QOS may borrow them while
+    #: no job of the owner waits, and are preempted when one needs them back.
+    pools: dict[str, frozenset[str]] = field(default_factory=dict)
     #: Also reserve when nothing is free now, only to tell users when jobs should start (the
     #: daemon wants that for `gq show`; decisions are the same either way, so the simulator
     #: turns it off).
     explain: bool = True
+
+    @cached_property
+    def preemptors(self) -> frozenset[str]:
+        """QOS whose blocked jobs may preempt: those with victims, and pool owners."""
+        return frozenset(self.preempts) | frozenset(self.pools)
+
+    @cached_property
+    def owner(self) -> dict[str, str]:
+        """Node name -> the QOS whose pool it is in."""
+        return {node: qos for qos, nodes in self.pools.items() for node in nodes}
 
 
 @dataclass(frozen=True)

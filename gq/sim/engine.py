@@ -131,7 +131,7 @@ class Simulator:
 
     With `skip_futile` (the default) the engine does not call the policy at instants where it
     could not act: no pending job's shape fits the free GPUs and no pending job's QOS may preempt
-    a running job's QOS by `policy.preempts`. That holds for every policy that starts jobs only
+    a running job's QOS by `policy.preempts` or owns a pool. That holds for every policy that starts jobs only
     on free GPUs and preempts only as its Policy says; pass False for one that does not.
     """
 
@@ -171,6 +171,8 @@ class Simulator:
         self.qos_pending: Counter[str] = Counter()
         self.qos_running: Counter[str] = Counter()
         self.preemptible = {v for victims in self.policy.preempts.values() for v in victims}
+        # A job on a pool node of another QOS may be preempted by the owner, whatever its QOS.
+        self.anyone_preemptible = bool(self.policy.pools)
 
     # ------------------------------------------------------------ the loop
 
@@ -220,7 +222,7 @@ class Simulator:
             job = self.arrivals[self.next_arrival]
             self._enqueue(job)
             self.next_arrival += 1
-            arrived_preemptor |= job.qos in self.policy.preempts
+            arrived_preemptor |= job.qos in self.policy.preemptors
         # Arrivals alone add constraints: jobs blocked before stay blocked, so only a new job
         # could start, and only on a free GPU or by preempting. (A victim that outlives its
         # preempt_exempt_s has a wake-up of its own.)
@@ -257,6 +259,8 @@ class Simulator:
         return any(nodes_with[g] >= n for n, g in self.shapes)
 
     def _may_preempt(self) -> bool:
+        if any(self.qos_pending[q] for q in self.policy.pools):
+            return True  # a pool owner may take back borrowed nodes (not worth a closer look)
         return any(self.qos_pending[q] and any(self.qos_running[v] for v in victims)
                    for q, victims in self.policy.preempts.items())
 
@@ -314,7 +318,8 @@ class Simulator:
         # The job runs its trace runtime, but the limit cuts it short (TIMEOUT).
         end = now + min(job.runtime_s, job.time_limit_s or math.inf)
         heapq.heappush(self.events, (end, _END, job.id, epoch))
-        if job.qos in self.preemptible and end > now + self.policy.preempt_exempt_s:
+        if (job.qos in self.preemptible or self.anyone_preemptible) \
+                and end > now + self.policy.preempt_exempt_s:
             # From then on a waiting preemptor may take its GPUs, with or without other events.
             self._wake_at(now + self.policy.preempt_exempt_s)
 
