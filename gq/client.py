@@ -108,14 +108,36 @@ class Client:
     def submit(self, specs: list[JobSpec]) -> list[int]:
         return list(self.request(protocol.SUBMIT, jobs=[s.to_dict() for s in specs])["ids"])
 
-    def cancel(self, ids: list[int]) -> dict[str, Any]:
+    def cancel(self, ids: list[int | str]) -> dict[str, Any]:
+        """Cancel jobs (`123`, a whole array by its id, or one task as `"123_7"`); the reply has
+        `cancelled` and `errors` (id -> why not)."""
         return self.request(protocol.CANCEL, ids=ids)
+
+    def hold(self, ids: list[int | str]) -> dict[str, Any]:
+        """Hold pending jobs; the reply has `done` and `errors`, as for the next two."""
+        return self.request(protocol.HOLD, ids=ids)
+
+    def release(self, ids: list[int | str]) -> dict[str, Any]:
+        return self.request(protocol.RELEASE, ids=ids)
+
+    def requeue(self, ids: list[int | str]) -> dict[str, Any]:
+        return self.request(protocol.REQUEUE, ids=ids)
+
+    def history(self, since: float, until: float, user: str | None = None,
+                states: list[str] | None = None) -> list[dict[str, Any]]:
+        """Jobs from the head's store submitted by `until` and not ended before `since`."""
+        return list(self.request(protocol.HISTORY, since=since, until=until, user=user,
+                                 states=states)["jobs"])
+
+    def accounting(self, since: float, until: float) -> list[dict[str, Any]]:
+        """GPU-seconds in [since, until]: rows of user, account, qos, state, gpu_seconds."""
+        return list(self.request(protocol.ACCOUNTING, since=since, until=until)["rows"])
 
     def queue(self, user: str | None = None, states: list[str] | None = None,
               all: bool = False) -> list[dict[str, Any]]:  # noqa: A002 - mirrors --all
         return list(self.request(protocol.QUEUE, user=user, states=states, all=all)["jobs"])
 
-    def show(self, job_id: int) -> dict[str, Any]:
+    def show(self, job_id: int | str) -> dict[str, Any]:
         return dict(self.request(protocol.SHOW, id=job_id)["job"])
 
     def nodes(self) -> list[dict[str, Any]]:

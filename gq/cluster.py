@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gq import config as config_mod
+from gq import keys
 from gq.client import Client
 from gq.errors import GqError, RefusedError, UnreachableError
 from gq.model import parse_iso_time
@@ -54,6 +55,11 @@ class Layout:
     def members(self) -> Path:
         return self.root / "cluster.json"
 
+    @property
+    def keys(self) -> Path:
+        """CURVE key pairs of gqd and the nodes (made by `up`)."""
+        return self.root / "keys"
+
     def node_dir(self, name: str) -> Path:
         return self.root / "nodes" / name
 
@@ -83,6 +89,11 @@ def write_config(layout: Layout) -> config_mod.Config:
     cfg.node.head = node_ep
     cfg.node.state_dir = str(layout.root / "nodes" / "{name}")
     cfg.auth.admins = [_me()]
+    # Only the owner may talk to it (the kernel's uid), and its jobs run as the owner anyway:
+    # root's personal cluster runs root's jobs.
+    cfg.auth.owner = _me()
+    cfg.auth.allow_root_jobs = os.getuid() == 0
+    cfg.auth.key_dir = str(layout.keys)
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.config.write_text(config_mod.to_toml(cfg))
     cfg.path = str(layout.config)
@@ -112,6 +123,8 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
     os.chmod(layout.runtime, 0o700)  # only the owner may reach the sockets
     cfg = write_config(layout)
     members = _members(layout, nodes, fake_gpus, say)
+    if cfg.auth.curve:
+        keys.ensure(Path(cfg.auth.key_dir), [keys.HEAD, *(m["name"] for m in members)])
     if read_alive(layout.head_pid) is None:
         _spawn(["gq.head.daemon", "--config", str(layout.config)], layout.log("gqd"))
         say("started gqd")

@@ -41,6 +41,9 @@ class HeadConfig:
     kill_grace_s: float = defaults.KILL_GRACE_S
     #: Jobs' GQ_CHECKPOINT_DIR is ROOT/USER/JOBID; empty means ~USER/.gq/checkpoints/JOBID.
     checkpoint_root: str = ""
+    #: Most jobs the queue holds (pending and running, all users): submits past it are refused,
+    #: so a 10x spike cannot grow gqd's memory and passes without bound; 0 is no cap.
+    max_queued_jobs: int = defaults.MAX_QUEUED_JOBS
 
 
 @dataclass
@@ -92,9 +95,21 @@ class QosConfig:
     max_time_s: int = 0
     #: QOS names whose jobs this QOS may preempt (the scheduler issue uses it).
     preempts: list[str] = field(default_factory=list)
+    #: Nodes this QOS owns (its guaranteed pool): jobs of other QOS may borrow them while no
+    #: job of this QOS waits, and are preempted when one needs them back.
+    pool: list[str] = field(default_factory=list)
     #: Seconds a preempted job of this QOS has between its signal and SIGKILL (Slurm's
     #: GraceTime); a file that names none gets [head] kill_grace_s (see `from_dict`).
     grace_s: float = defaults.KILL_GRACE_S
+    #: Per user, jobs of this QOS queued or running at once (Slurm's MaxSubmitJobsPerUser):
+    #: more are refused at submit; 0 is no limit.
+    max_submit_per_user: int = 0
+    #: Per user, jobs of this QOS running at once (MaxJobsPerUser): more wait with reason
+    #: QOSLimit; 0 is no limit.
+    max_running_per_user: int = 0
+    #: Per user, GPUs in use by running jobs of this QOS (MaxTRESPerUser=gres/gpu): more wait
+    #: with reason QOSLimit; 0 is no limit.
+    max_gpus_per_user: int = 0
 
 
 def _default_qos() -> dict[str, QosConfig]:
@@ -109,6 +124,18 @@ class AuthConfig:
     #: Believe the user a TCP caller claims to be (only for closed test setups): until CURVE
     #: keys exist, TCP callers may otherwise only read (queue, show, nodes, wait).
     trust_tcp: bool = False
+    #: When set, only this user may talk to gqd (the kernel's uid on the ipc socket; TCP
+    #: callers are refused): `gq up` sets it to the personal cluster's owner.
+    owner: str = ""
+    #: Run jobs of uid 0. A system cluster refuses them; `gq up` run by root allows them, as
+    #: a personal cluster runs every job as its owner anyway.
+    allow_root_jobs: bool = False
+    #: Encrypt and authenticate gqnode <-> gqd traffic with CurveZMQ keys from key_dir.
+    curve: bool = True
+    #: gqd.key (gqd's public key, on every host), gqd.key_secret (the head host only),
+    #: NAME.key_secret (node NAME's own, on that node), and nodes/NAME.key: the allow-list of
+    #: node public keys on the head host, each binding a node name to its key.
+    key_dir: str = "/etc/gq/keys"
 
 
 @dataclass
@@ -134,7 +161,8 @@ class Config:
                       reserve_depth=sc.reserve_depth,
                       reserve_age_s=sc.reserve_age_s,
                       preempts={n: tuple(q.preempts) for n, q in self.qos.items() if q.preempts},
-                      preempt_exempt_s=sc.preempt_exempt_s)
+                      preempt_exempt_s=sc.preempt_exempt_s,
+                      pools={n: frozenset(q.pool) for n, q in self.qos.items() if q.pool})
 
 
 _SECTIONS = {"head": HeadConfig, "node": NodeConfig, "client": ClientConfig,
@@ -170,11 +198,26 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
             raise ConfigError(f"{source}: unknown section [{section}]")
     if defaults.DEFAULT_QOS not in cfg.qos:
         raise ConfigError(f"{source}: the QOS {defaults.DEFAULT_QOS!r} must be defined")
+    _check_pools(cfg, source)
     # Known only once [head] is read, wherever it stands in the file.
     for name, qos in cfg.qos.items():
         if name not in graced:
             qos.grace_s = cfg.head.kill_grace_s
     return cfg
+
+
+def _check_pools(cfg: Config, source: str) -> None:
+    """A pool is a list of node names, and a node is in one pool at most."""
+    owner: dict[str, str] = {}
+    for name, qos in cfg.qos.items():
+        for node in qos.pool:
+            if not isinstance(node, str) or not node:
+                raise ConfigError(f"{source}: [qos.{name}] pool must list node names, "
+                                  f"not {node!r}")
+            if node in owner:
+                raise ConfigError(f"{source}: node {node!r} is in the pools of both "
+                                  f"{owner[node]!r} and {name!r}")
+            owner[node] = name
 
 
 def _table(value: Any, name: str, source: str) -> dict[str, Any]:
@@ -247,7 +290,7 @@ def _personal_head_alive() -> bool:
 
 
 def to_toml(cfg: Config) -> str:
-    """TOML text of the parts `gq up` writes (head, node, client), for a personal cluster."""
+    """TOML text of the parts `gq up` writes (head, node, client, auth), for a personal cluster."""
     lines: list[str] = []
     for section in ("head", "node", "client"):
         lines.append(f"[{section}]")
@@ -255,7 +298,8 @@ def to_toml(cfg: Config) -> str:
             lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
     lines.append("[auth]")
-    lines.append(f"admins = {_toml_value(cfg.auth.admins)}")
+    for key, value in dataclasses.asdict(cfg.auth).items():
+        lines.append(f"{key} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
 
 

@@ -24,6 +24,9 @@ SIGNAL_LEAD_S = 60
 MAX_SIGNAL_LEAD_S = 65535
 #: Time limit of a job that names none and whose QOS has no default, in seconds.
 DEFAULT_TIME_LIMIT_S = 24 * 3600
+#: Most tasks one `--array` may have, and its highest index.
+MAX_ARRAY_TASKS = 100_000
+MAX_ARRAY_INDEX = 9_999_999
 #: Most messages one socket may hand the loop per iteration, so one busy peer cannot starve the rest.
 MAX_BATCH = 2000
 #: Longest the event loop sleeps with nothing to do, in seconds (timers are checked at least this often).
@@ -31,6 +34,9 @@ MAX_BATCH = 2000
 #: that a pass which cannot be saved does not spin.
 STORE_RETRY_S = 1.0
 LOOP_TICK_S = 1.0
+
+#: Most jobs (pending and running) gqd holds before it refuses submits ([head] max_queued_jobs).
+MAX_QUEUED_JOBS = 200_000
 
 #: The QOS a job gets when it names none.
 DEFAULT_QOS = "normal"

@@ -100,6 +100,49 @@ def format_duration(seconds: float | None) -> str:
     return f"{days}-{clock}" if days else clock
 
 
+# ---------------------------------------------------------------- points in time
+
+_TIME_FORMS = ("now, now+N or now-N (N seconds, or with a unit: 30s, 10m, 1h, 2d, 1w), today, "
+               "tomorrow, HH:MM[:SS], YYYY-MM-DD, or YYYY-MM-DDTHH:MM[:SS] (local time; a "
+               "trailing Z means UTC)")
+_RELATIVE_RE = re.compile(r"^now(?:([+-])(\d+)\s*([a-z]*))?$")
+_RELATIVE_UNITS = {"": 1, "s": 1, "sec": 1, "seconds": 1, "m": 60, "min": 60, "minutes": 60,
+                   "h": 3600, "hours": 3600, "d": 86400, "days": 86400, "w": 604800,
+                   "weeks": 604800}
+_HOUR_RE = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+
+
+def parse_time(text: str, now: float, future: bool = False) -> float:
+    """Epoch seconds of a Slurm-style time (`--begin`, `--since`). `HH:MM` is today at that time,
+    or, with `future` (for --begin), the next such time, tomorrow's when today's has passed."""
+    raw = str(text).strip().lower()
+    local_now = _dt.datetime.fromtimestamp(now).astimezone()
+    midnight = local_now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if m := _RELATIVE_RE.match(raw):
+        if not m[1]:
+            return now
+        if m[3] not in _RELATIVE_UNITS:
+            raise UsageError(f"bad time {text!r}: unknown unit {m[3]!r}; expected {_TIME_FORMS}")
+        delta = int(m[2]) * _RELATIVE_UNITS[m[3]]
+        return now + delta if m[1] == "+" else now - delta
+    if raw in ("today", "midnight", "tomorrow"):
+        days = 0 if raw == "today" else 1
+        return (midnight + _dt.timedelta(days=days)).timestamp()
+    if m := _HOUR_RE.match(raw):
+        hour, minute, second = int(m[1]), int(m[2]), int(m[3] or 0)
+        if hour > 23 or minute > 59 or second > 59:
+            raise UsageError(f"bad time {text!r}: expected {_TIME_FORMS}")
+        at = midnight.replace(hour=hour, minute=minute, second=second)
+        if future and at.timestamp() <= now:
+            at += _dt.timedelta(days=1)
+        return at.timestamp()
+    try:
+        parsed = _dt.datetime.fromisoformat(raw.upper().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"bad time {text!r}: expected {_TIME_FORMS}") from None
+    return (parsed if parsed.tzinfo else parsed.astimezone()).timestamp()
+
+
 # ---------------------------------------------------------------- sizes
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([kmgtp])(?:i?b)?|(b))?$")
@@ -263,6 +306,21 @@ class JobSpec:
     requeue: bool = True
     #: `--signal` in its canonical form (`B:USR1@60`, see JobSignal), or None.
     signal: str | None = None
+    #: Held at submit (`--hold`): it waits until `gq release`.
+    hold: bool = False
+    #: Not started before this time (`--begin`), epoch seconds, or None.
+    begin_time: float | None = None
+    #: `--dependency` in its canonical form (`afterok:1:2,singleton`, see gq.deps), or None.
+    dependency: str | None = None
+    #: Cancel the job when its dependency can never be met (else it waits, as in Slurm).
+    kill_on_invalid_dep: bool = False
+    #: `--array` as given (`0-99%10`); the head makes one job per index.
+    array: str | None = None
+    #: Account charged in `gq report` (`-A`), or None.
+    account: str | None = None
+    #: `--share`: runs on GPUs it shares with other sharing jobs while the sum of their
+    #: `gpu_mem` fits in each GPU's VRAM (never beside an exclusive job).
+    share: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
@@ -292,6 +350,8 @@ class Job:
     priority: int = 0
     array_job_id: int | None = None
     array_index: int | None = None
+    #: Who holds it back: "" (nobody), "user" or "admin" (`gq hold`, `--hold`).
+    hold: str = ""
     #: True while its allocation is still held on the node(s) (until the node reports it ended).
     holds_alloc: bool = False
 
@@ -311,10 +371,21 @@ class Job:
             "exit_code": self.exit_code, "node_list": self.node_list,
             "gpu_ids": {node: list(ids) for node, ids in self.alloc.items()},
             "array_job_id": self.array_job_id, "array_index": self.array_index,
+            "array_task_id": self.array_index, "job_id": self.ref,
+            "array_task_limit": int(s.array.partition("%")[2] or 0) or None if s.array else None,
+            "account": s.account, "hold": self.hold or None,
+            "begin_time": iso_time(s.begin_time), "dependency": s.dependency,
             "restart_count": self.restart_count, "work_dir": s.cwd,
             "stdout": self.output_path("output"), "stderr": self.output_path("error"),
-            "signal": s.signal,
+            "signal": s.signal, "share": s.share,
         }
+
+    @property
+    def ref(self) -> str:
+        """How users name it: `123`, or `100_7` for task 7 of array 100 (Slurm's JobId form)."""
+        if self.array_job_id is None:
+            return str(self.id)
+        return f"{self.array_job_id}_{self.array_index}"
 
     def output_path(self, which: str) -> str:
         """Absolute path of the job's stdout (`output`) or stderr (`error`) file."""

@@ -6,6 +6,8 @@ Requests from the CLI carry `rid`; the reply echoes it. Nothing here touches a s
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import msgpack
@@ -23,6 +25,12 @@ NODES = "nodes"
 WAIT = "wait"
 DRAIN = "drain"
 RESUME = "resume"
+HOLD = "hold"
+RELEASE = "release"
+REQUEUE = "requeue"
+HISTORY = "history"
+#: `gq report` (GPU-hours); not "report", which is a node's message.
+ACCOUNTING = "accounting"
 # Head -> client.
 REPLY = "reply"
 # Node -> head.
@@ -44,15 +52,34 @@ _OPT_INT = (int, type(None))
 _STR = (str,)
 _OPT_STR = (str, type(None))
 _NUM = (int, float)
+_OPT_NUM = (int, float, type(None))
+#: A job reference: a job id, or "ARRAYID_INDEX" for an array task.
+_REF = (int, str)
 _BOOL = (bool,)
 _LIST = (list,)
 _OPT_LIST = (list, type(None))
 _DICT = (dict,)
 
-#: Field -> (accepted types, required). Strings are also length-checked (MAX_STR).
+#: Field -> (accepted types, required). Strings are also length-checked (MAX_STR), and
+#: RANGES and the NUL check apply to a field of that name wherever it appears.
 Schema = dict[str, tuple[tuple[type, ...], bool]]
 MAX_STR = 4096
 MAX_SCRIPT = 1024 * 1024
+#: Most items in a list field (job ids, specs, nodes, env entries ...).
+MAX_LIST = 100_000
+#: Longest note a node sends with a job's end (why it failed to start).
+MAX_NOTE = 1000
+_I64 = 2**63 - 1
+#: Integer fields' accepted ranges (inclusive).
+RANGES: dict[str, tuple[int, int]] = {
+    "rid": (0, _I64), "id": (1, _I64), "job_id": (1, _I64), "seq": (0, _I64),
+    "restart": (0, 1_000_000), "rank": (0, 65_535), "uid": (-1, 2**32 - 1),
+    "gid": (-1, 2**32 - 1), "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31),
+    "mem": (0, _I64), "gpu_mem": (0, _I64), "time_limit_s": (0, 10 * 365 * 86400),
+    "exit_code": (-255, 65_535),
+}
+#: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
+_ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
 
 SPEC_SCHEMA: Schema = {
     "script": (_STR, True), "name": (_STR, False), "args": (_LIST, False),
@@ -61,7 +88,9 @@ SPEC_SCHEMA: Schema = {
     "gpu_type": (_OPT_STR, False), "gpu_mem": (_OPT_INT, False), "cpus": (_INT, False),
     "mem": (_INT, False), "time_limit_s": (_OPT_INT, False), "qos": (_OPT_STR, False),
     "output": (_OPT_STR, False), "error": (_OPT_STR, False), "requeue": (_BOOL, False),
-    "signal": (_OPT_STR, False),
+    "signal": (_OPT_STR, False), "hold": (_BOOL, False), "begin_time": (_OPT_NUM, False),
+    "dependency": (_OPT_STR, False), "kill_on_invalid_dep": (_BOOL, False),
+    "array": (_OPT_STR, False), "account": (_OPT_STR, False), "share": (_BOOL, False),
 }
 
 SCHEMAS: dict[str, Schema] = {
@@ -69,11 +98,21 @@ SCHEMAS: dict[str, Schema] = {
     SUBMIT: {"jobs": (_LIST, True)},
     CANCEL: {"ids": (_LIST, True), "user": (_OPT_STR, False)},
     QUEUE: {"user": (_OPT_STR, False), "states": (_OPT_LIST, False), "all": (_BOOL, False)},
-    SHOW: {"id": (_INT, True)},
+    SHOW: {"id": (_REF, True)},
     NODES: {},
     WAIT: {"ids": (_LIST, True), "park_s": (_NUM, False)},
     DRAIN: {"nodes": (_LIST, True), "reason": (_STR, True)},
     RESUME: {"nodes": (_LIST, True)},
+    # ids (of these, of cancel and of wait): job ids, or "ARRAYID_INDEX" strings; an array's
+    # id stands for all its tasks. Reply: done (the ids acted on) and errors (id -> why not).
+    HOLD: {"ids": (_LIST, True)},
+    RELEASE: {"ids": (_LIST, True)},
+    REQUEUE: {"ids": (_LIST, True)},
+    # Jobs from the store (sacct): submitted by `until` and not ended before `since`.
+    HISTORY: {"since": (_NUM, True), "until": (_NUM, True), "user": (_OPT_STR, False),
+              "states": (_OPT_LIST, False)},
+    # GPU-seconds of runs inside [since, until] by user, account, QOS and outcome.
+    ACCOUNTING: {"since": (_NUM, True), "until": (_NUM, True)},
     # running: [job_id, restart] of every run the node holds, alive or ended with its report
     # not yet acked; the head requeues a run it knows started there and that is missing.
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
@@ -82,7 +121,7 @@ SCHEMAS: dict[str, Schema] = {
     HEARTBEAT: {"node": (_STR, True), "telemetry": (_DICT, False), "health": (_LIST, False)},
     REPORT: {"node": (_STR, True), "seq": (_INT, True), "job_id": (_INT, True),
              "restart": (_INT, True), "event": (_STR, True), "state": (_OPT_STR, False),
-             "exit_code": (_OPT_INT, False), "time": (_NUM, True)},
+             "exit_code": (_OPT_INT, False), "time": (_NUM, True), "note": (_OPT_STR, False)},
     LAUNCH: {"job_id": (_INT, True), "restart": (_INT, True), "spec": (_DICT, True),
              "gpus": (_LIST, True), "rank": (_INT, True), "nodelist": (_LIST, True),
              "time_limit_s": (_INT, True), "stdout": (_STR, True), "stderr": (_STR, True),
@@ -97,7 +136,8 @@ SCHEMAS: dict[str, Schema] = {
     REPLY: {"rid": (_INT, True), "ok": (_BOOL, True)},
 }
 
-CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME})
+CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
+                             HOLD, RELEASE, REQUEUE, HISTORY, ACCOUNTING})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
@@ -140,6 +180,25 @@ def check(obj: dict[str, Any], schema: Schema, what: str) -> None:
             raise ProtocolError(f"{what}: field {key!r} has type {type(value).__name__}")
         if isinstance(value, str) and len(value) > (MAX_SCRIPT if key == "script" else MAX_STR):
             raise ProtocolError(f"{what}: field {key!r} is too long")
+        _check_value(key, value, what)
+
+
+def _check_value(key: str, value: Any, what: str) -> None:
+    """Ranges, list items and characters: what a type check alone lets through."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ProtocolError(f"{what}: field {key!r} is not a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and key in RANGES:
+        low, high = RANGES[key]
+        if not low <= value <= high:
+            raise ProtocolError(f"{what}: field {key!r} is {value}, outside {low}..{high}")
+    if isinstance(value, str) and "\0" in value and key != "script":
+        raise ProtocolError(f"{what}: field {key!r} contains a NUL character")
+    if isinstance(value, list):
+        if len(value) > MAX_LIST:
+            raise ProtocolError(f"{what}: field {key!r} has over {MAX_LIST} items")
+        for item in value:  # item types are the handlers' to check (ids, names, specs)
+            if isinstance(item, str):
+                _check_value(key, item, what)
 
 
 def check_spec(spec: Any) -> dict[str, Any]:
@@ -152,6 +211,10 @@ def check_spec(spec: Any) -> dict[str, Any]:
     env = spec.get("env", {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ProtocolError("job spec: env must map strings to strings")
+    if len(env) > MAX_LIST or not all(_ENV_NAME.match(k) and len(v) <= MAX_STR * 8
+                                      and "\0" not in v for k, v in env.items()):
+        raise ProtocolError("job spec: env has a bad name (empty, or with '=' or NUL) or a "
+                            "bad value (NUL, or over 32 KiB)")
     return spec
 
 

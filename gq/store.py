@@ -39,12 +39,29 @@ MIGRATIONS: list[list[str]] = [
         """CREATE TABLE nodes (name TEXT PRIMARY KEY, state TEXT NOT NULL, reason TEXT NOT NULL,
             last_seen REAL NOT NULL, info BLOB NOT NULL)""",
     ],
+    [
+        # Who holds a pending job back (gq hold): '', 'user' or 'admin'.
+        "ALTER TABLE jobs ADD COLUMN hold TEXT NOT NULL DEFAULT ''",
+        """CREATE INDEX jobs_array ON jobs(array_job_id, array_index)
+            WHERE array_job_id IS NOT NULL""",
+        "CREATE INDEX jobs_end ON jobs(end_time)",
+        # One row per ended run of a job: a preempted or requeued run is a row of its own, so
+        # its GPU time is accounted for (gq report) though the job itself ran again.
+        """CREATE TABLE runs (
+            job_id INTEGER NOT NULL, restart INTEGER NOT NULL, user TEXT NOT NULL,
+            account TEXT NOT NULL, qos TEXT NOT NULL, gpus INTEGER NOT NULL,
+            start_time REAL NOT NULL, end_time REAL NOT NULL, state TEXT NOT NULL,
+            PRIMARY KEY (job_id, restart))""",
+        "CREATE INDEX runs_end ON runs(end_time)",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+#: How many arrays' shared spec blobs the store keeps in memory.
+SPEC_CACHE = 64
 
 _JOB_COLUMNS = ("id, name, user, uid, qos, state, reason, nodes, gpus, gpu_type, time_limit_s, "
                 "submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count, "
-                "array_job_id, array_index, spec")
+                "array_job_id, array_index, spec, hold")
 #: Columns `update_job` may write, mapped to how a Job attribute becomes a column value.
 _UPDATABLE = {
     "state": lambda j: j.state.value, "reason": lambda j: j.reason,
@@ -52,6 +69,7 @@ _UPDATABLE = {
     "exit_code": lambda j: j.exit_code, "alloc": lambda j: json.dumps(j.alloc),
     "holds_alloc": lambda j: int(j.holds_alloc), "restart_count": lambda j: j.restart_count,
     "time_limit_s": lambda j: j.spec.time_limit_s, "qos": lambda j: j.spec.qos,
+    "hold": lambda j: j.hold,
 }
 
 
@@ -63,6 +81,8 @@ class Store:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        #: Array job id -> the spec blob its tasks share (see insert_array).
+        self._specs: dict[int, bytes] = {}
         # Autocommit mode: transactions are explicit (`tx()`), never implicit.
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
@@ -137,14 +157,49 @@ class Store:
 
     def insert_job(self, job: Job) -> int:
         """Insert `job` (its id is ignored) inside the caller's transaction; returns the new id."""
-        s = job.spec
-        cur = self.conn.execute(
-            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (NULL{', ?' * 20})",
-            (s.name, s.user, s.uid, s.qos, job.state.value, job.reason, s.nodes, s.gpus,
-             s.gpu_type, s.time_limit_s, job.submit_time, job.start_time, job.end_time,
-             job.exit_code, json.dumps(job.alloc), int(job.holds_alloc), job.restart_count,
-             job.array_job_id, job.array_index, msgpack.packb(s.to_dict(), use_bin_type=True)))
+        blob = msgpack.packb(job.spec.to_dict(), use_bin_type=True)
+        cur = self.conn.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 21})",
+                                _job_row(job, blob, None))
         return int(cur.lastrowid)
+
+    def insert_array(self, jobs: list[Job]) -> None:
+        """Insert the tasks of one array, which share one spec, inside the caller's transaction:
+        the first gets a new id and the array's id; the others the ids after it."""
+        blob = msgpack.packb(jobs[0].spec.to_dict(), use_bin_type=True)
+        first = jobs[0].id = self.conn.execute(
+            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 21})",
+            _job_row(jobs[0], blob, None)).lastrowid
+        for offset, job in enumerate(jobs):
+            job.id, job.array_job_id = first + offset, first
+        # AUTOINCREMENT ids only grow and gqd is the only writer: the ones after `first` are free.
+        # The other tasks' spec is empty: they share the first's (a 10,000-task array would
+        # otherwise store its script and environment 10,000 times).
+        self.conn.execute("UPDATE jobs SET array_job_id = ? WHERE id = ?", (first, first))
+        self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 21})",
+                              (_job_row(j, b"", j.id) for j in jobs[1:]))
+
+    def update_jobs(self, jobs: Iterable[Job], *columns: str) -> None:
+        """`update_job` for many jobs in one statement."""
+        sets = ", ".join(f"{name} = ?" for name in columns)
+        self.conn.executemany(f"UPDATE jobs SET {sets} WHERE id = ?",
+                              ((*(_UPDATABLE[n](j) for n in columns), j.id) for j in jobs))
+
+    def _job(self, row: tuple[Any, ...]) -> Job:
+        spec, array_job_id = row[20], row[18]
+        if not spec and array_job_id is not None:
+            spec = self._array_spec(array_job_id)
+        return _job(row, spec)
+
+    def _array_spec(self, array_job_id: int) -> bytes:
+        """The spec blob an array's tasks share (on its first task's row); a few are cached."""
+        blob = self._specs.get(array_job_id)
+        if blob is None:
+            blob = self.conn.execute("SELECT spec FROM jobs WHERE id = ?",
+                                     (array_job_id,)).fetchone()[0]
+            if len(self._specs) >= SPEC_CACHE:
+                self._specs.clear()
+            self._specs[array_job_id] = blob
+        return blob
 
     def update_job(self, job: Job, *columns: str) -> None:
         """Write the named attributes of `job` (all updatable ones when none are named)."""
@@ -156,14 +211,62 @@ class Store:
     def get_job(self, job_id: int) -> Job | None:
         row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?",
                                 (job_id,)).fetchone()
-        return _job(row) if row else None
+        return self._job(row) if row else None
+
+    def array_task(self, array_job_id: int, index: int) -> Job | None:
+        row = self.conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ?",
+            (array_job_id, index)).fetchone()
+        return self._job(row) if row else None
+
+    def array_tasks(self, array_job_id: int) -> list[Job]:
+        rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? "
+                                 "ORDER BY array_index", (array_job_id,))
+        return [self._job(r) for r in rows]
+
+    def history(self, since: float, until: float, user: str | None = None,
+                states: list[str] | None = None, limit: int = 100_000) -> list[Job]:
+        """Jobs submitted by `until` that had not ended by `since` (sacct's window), by id."""
+        where = ["submit_time <= ?", "(end_time IS NULL OR end_time >= ?)"]
+        args: list[Any] = [until, since]
+        if user:
+            where.append("user = ?")
+            args.append(user)
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args.extend(states)
+        rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
+                                 "ORDER BY id LIMIT ?", (*args, limit))
+        return [self._job(r) for r in rows]
+
+    # ------------------------------------------------------------ runs
+
+    def insert_run(self, job: Job, end: float, state: str) -> None:
+        """Record a run of `job` that has ended (`state`: its outcome, or REQUEUED)."""
+        if job.start_time is None:
+            return
+        s = job.spec
+        self.conn.execute(
+            "INSERT OR REPLACE INTO runs(job_id, restart, user, account, qos, gpus, start_time, "
+            "end_time, state) VALUES (?,?,?,?,?,?,?,?,?)",
+            (job.id, job.restart_count, s.user, s.account or "", s.qos or "", s.gpus * s.nodes,
+             job.start_time, max(end, job.start_time), state))
+
+    def run_usage(self, since: float, until: float) -> list[tuple[str, str, str, str, float]]:
+        """(user, account, qos, run state, GPU-seconds inside [since, until]) of ended runs."""
+        return self.conn.execute(
+            "SELECT user, account, qos, state, "
+            "SUM(gpus * (MIN(end_time, :until) - MAX(start_time, :since))) FROM runs "
+            "WHERE end_time > :since AND start_time < :until "
+            "GROUP BY user, account, qos, state ORDER BY user, account, qos, state",
+            {"since": since, "until": until}).fetchall()
 
     def live_jobs(self) -> list[Job]:
         """Jobs the head must keep in memory: pending, running, or still holding GPUs."""
         rows = self.conn.execute(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ('PENDING', 'RUNNING') "
             f"UNION SELECT {_JOB_COLUMNS} FROM jobs WHERE holds_alloc = 1 ORDER BY id")
-        return [_job(r) for r in rows]
+        return [self._job(r) for r in rows]
 
     def finished_jobs(self, *, user: str | None = None, since: float | None = None,
                       limit: int = 1000) -> list[Job]:
@@ -176,7 +279,7 @@ class Store:
             args.append(since)
         rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
                                  "ORDER BY id DESC LIMIT ?", (*args, limit))
-        return [_job(r) for r in rows][::-1]
+        return [self._job(r) for r in rows][::-1]
 
     # ------------------------------------------------------------ nodes
 
@@ -212,10 +315,19 @@ def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
             "name": gpu.name}
 
 
-def _job(row: Iterable[Any]) -> Job:
+def _job_row(job: Job, blob: bytes, job_id: int | None) -> tuple[Any, ...]:
+    s = job.spec
+    return (job_id, s.name, s.user, s.uid, s.qos, job.state.value, job.reason, s.nodes, s.gpus,
+            s.gpu_type, s.time_limit_s, job.submit_time, job.start_time, job.end_time,
+            job.exit_code, json.dumps(job.alloc) if job.alloc else "{}", int(job.holds_alloc),
+            job.restart_count,
+            job.array_job_id, job.array_index, blob, job.hold)
+
+
+def _job(row: Iterable[Any], spec: bytes) -> Job:
     (job_id, _name, _user, _uid, qos, state, reason, _nodes, _gpus, _gpu_type, time_limit_s,
      submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count,
-     array_job_id, array_index, spec) = row
+     array_job_id, array_index, _spec, hold) = row
     # qos and time limit may be updated after submit: the columns, not the blob, are current.
     spec_obj = JobSpec.from_dict(msgpack.unpackb(spec, raw=False))
     spec_obj.qos, spec_obj.time_limit_s = qos, time_limit_s
@@ -223,4 +335,5 @@ def _job(row: Iterable[Any]) -> Job:
                state=JobState(state), reason=reason, submit_time=submit_time,
                start_time=start_time, end_time=end_time, exit_code=exit_code,
                alloc=json.loads(alloc), holds_alloc=bool(holds_alloc),
-               restart_count=restart_count, array_job_id=array_job_id, array_index=array_index)
+               restart_count=restart_count, array_job_id=array_job_id, array_index=array_index,
+               hold=hold)

@@ -343,3 +343,14 @@ def test_missing_file_named_by_gq_config_is_an_error(tmp_path: Path, monkeypatch
     monkeypatch.setenv("GQ_CONFIG", str(tmp_path / "nope.toml"))
     with pytest.raises(ConfigError, match="nope.toml"):
         load()
+
+
+def test_pools_become_the_policy_and_a_node_is_in_one_pool():
+    from gq.config import from_dict
+    cfg = from_dict({"qos": {"normal": {}, "pro": {"pool": ["n1", "n2"]}}})
+    assert cfg.policy().pools == {"pro": frozenset({"n1", "n2"})}
+    assert cfg.policy().owner == {"n1": "pro", "n2": "pro"}
+    with pytest.raises(ConfigError, match="pools of both"):
+        from_dict({"qos": {"normal": {"pool": ["n1"]}, "pro": {"pool": ["n1"]}}})
+    with pytest.raises(ConfigError, match="node names"):
+        from_dict({"qos": {"normal": {"pool": [""]}}})

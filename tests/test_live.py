@@ -11,8 +11,8 @@ import psutil
 import pytest
 import zmq
 
-from gq import protocol
-from tests.conftest import LiveCluster, wait_for
+from gq import keys, protocol
+from tests.conftest import LiveCluster, prepare, running, wait_for
 
 DOCUMENTED_FIELDS = {"id", "name", "user", "state", "reason", "qos", "priority", "nodes",
                      "gpus_per_node", "gpu_type", "time_limit_s", "submit_time", "start_time",
@@ -160,11 +160,11 @@ def test_head_killed_after_submit_keeps_the_job(cluster: LiveCluster) -> None:
 
 def test_garbage_never_stops_gqd(cluster: LiveCluster) -> None:
     cfg = cluster.config()
-    tcp = next(ep for ep in cfg.head.client_endpoints if ep.startswith("tcp://"))
+    ipc = next(ep for ep in cfg.head.client_endpoints if ep.startswith("ipc://"))
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
-    sock.connect(tcp)
+    sock.connect(ipc)
     bad = [
         b"\xc1\xff garbage",
         msgpack.packb({"v": 99, "type": "ping", "rid": 5}),
@@ -180,13 +180,16 @@ def test_garbage_never_stops_gqd(cluster: LiveCluster) -> None:
         assert reply["ok"] is False and reply["error"]
     assert "version" in _reply_text(sock, bad[1])
     assert "launch_missiles" in _reply_text(sock, bad[2])
-    # Nodes' socket too: junk is logged and dropped.
+    # Nodes' socket too: junk, even under a valid node key, is logged and dropped.
     node = ctx.socket(zmq.DEALER)
     node.linger = 0
-    node.setsockopt(zmq.IDENTITY, b"intruder")
+    node.setsockopt(zmq.IDENTITY, b"node2/junk")
+    curve = keys.node_keys(cluster.layout.keys, "node2")
+    node.curve_secretkey, node.curve_publickey = curve.secret, curve.public
+    node.curve_serverkey = curve.server
     node.connect(cfg.head.node_endpoint)
     node.send(b"not msgpack at all")
-    wait_for(lambda: "dropping message from node 'intruder'" in cluster.log("gqd"),
+    wait_for(lambda: "dropping message from node 'node2'" in cluster.log("gqd"),
              "gqd to log the bad node message")
     sock.send(protocol.encode(protocol.PING, rid=8))
     assert sock.poll(10_000)
@@ -258,7 +261,14 @@ def test_no_head_exits_3_and_says_how_to_start_one(tmp_path: Path) -> None:
     assert "gq up" in result.stderr
 
 
-def test_tcp_callers_may_read_but_not_change_the_queue(cluster: LiveCluster) -> None:
+def test_tcp_callers_may_read_but_not_change_the_queue(tmp_path: Path) -> None:
+    live = prepare(tmp_path)
+    live.configure(lambda cfg: setattr(cfg.auth, "owner", ""))  # a personal one admits no TCP
+    with running(live) as cluster:
+        _tcp_read_only(cluster)
+
+
+def _tcp_read_only(cluster: LiveCluster) -> None:
     from gq.client import Client
     from gq.errors import PermissionDenied
     cfg = cluster.config()

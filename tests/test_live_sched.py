@@ -112,7 +112,12 @@ def test_show_explains_a_pending_job(cluster: LiveCluster) -> None:
 
 #: The built-in QOS with a grace time for the free tier (a [qos.*] table replaces all three).
 _FREE_GRACE_S = 45
-_QOS_WITH_FREE_GRACE = f"""[scheduler]
+
+
+def _qos_config(pro: str, free: str | None = None) -> str:
+    """Config with no preemption exemption and the normal and pro QOS (and free, when given),
+    each with its priority and the extra lines given."""
+    text = f"""[scheduler]
 preempt_exempt_s = 0
 
 [qos.normal]
@@ -120,12 +125,12 @@ priority = 10
 
 [qos.pro]
 priority = 100
-preempts = ["free"]
-
-[qos.free]
-priority = 1
-grace_s = {_FREE_GRACE_S}
+{pro}
 """
+    return text if free is None else text + f"\n[qos.free]\npriority = 1\n{free}\n"
+
+
+_QOS_WITH_FREE_GRACE = _qos_config(pro='preempts = ["free"]', free=f"grace_s = {_FREE_GRACE_S}")
 
 
 def test_preempted_job_gets_its_signal_and_its_qos_grace(cluster: LiveCluster) -> None:
@@ -189,3 +194,56 @@ while true; do sleep 0.2; done
         spec.signal = 10  # type: ignore[assignment]
         with pytest.raises(ProtocolError, match="'signal'"):
             c.submit([spec])
+
+
+def test_sharing_jobs_run_together_on_one_gpu_while_their_vram_fits(cluster: LiveCluster) -> None:
+    # Fake GPUs have 80 GiB: two 30G sharers fit on one GPU, a third does not.
+    work = cluster.work
+    go = work / "share.go"
+    script = work / "share.sh"
+    script.write_text(f"""#!/bin/bash
+echo "$(hostname) $GQ_NODELIST $CUDA_VISIBLE_DEVICES" > {work}/share.$GQ_JOB_ID
+while [ ! -f {go} ]; do sleep 0.1; done
+""")
+    sharers = [cluster.submit("--share", "--gpu-mem", "30G", "-t", "5m", str(script))
+               for _ in range(3)]
+    placed = {j: cluster.wait_state(j, "RUNNING")["gpu_ids"] for j in sharers}
+    for j in sharers:  # the job itself saw the GPU it was given
+        wait_for(lambda: (work / f"share.{j}").exists(), f"sharer {j} to start")
+        node, gpus = next(iter(placed[j].items()))
+        seen = (work / f"share.{j}").read_text().split()
+        assert seen[1:] == [node, ",".join(map(str, gpus))], seen
+    first, second, third = (placed[j] for j in sharers)
+    assert first == second, "two 30G sharers share one 80G GPU"
+    assert third != first, "a third would need 90G of 80G"
+    # An exclusive job never lands on a GPU that sharers hold.
+    exclusive = cluster.submit("-t", "5m", "--wrap", "sleep 600")
+    alloc = cluster.wait_state(exclusive, "RUNNING")["gpu_ids"]
+    held = {(n, g) for a in placed.values() for n, gpus in a.items() for g in gpus}
+    assert not {(n, g) for n, gpus in alloc.items() for g in gpus} & held
+    assert cluster.show(sharers[0])["share"] is True
+    go.write_text("")
+    for j in sharers:
+        cluster.wait_state(j, "COMPLETED")
+    cluster.gq("cancel", str(exclusive), check=True)
+    # --share without the VRAM it needs is a usage error, before anything is sent.
+    bad = cluster.gq("submit", "--share", "--wrap", "true")
+    assert bad.returncode == 2 and "--gpu-mem" in bad.stderr
+
+
+def test_pool_owner_takes_back_a_borrowed_node(cluster: LiveCluster) -> None:
+    # node2 is pro's pool. normal work fills node1 first, then borrows node2; a pro job
+    # takes node2 back by preempting the borrower (pro preempts no normal job elsewhere).
+    cluster.reconfigure(_qos_config(pro='pool = ["node2"]'))
+    fillers = [cluster.submit("-t", "30m", "--wrap", "sleep 600") for _ in range(8)]
+    assert {cluster.wait_state(j, "RUNNING")["node_list"][0] for j in fillers} == {"node1"}
+    borrower = cluster.submit("-g", "8", "-t", "30m", "--wrap", "sleep 600")
+    assert cluster.wait_state(borrower, "RUNNING")["node_list"] == ["node2"]
+    pro = cluster.submit("-q", "pro", "-g", "8", "-t", "5m", "--wrap", "sleep 600")
+    assert cluster.wait_state(pro, "RUNNING", timeout=60)["node_list"] == ["node2"]
+    back = cluster.show(borrower)
+    assert back["state"] == "PENDING" and back["restart_count"] == 1
+    # It may not borrow node2 again while the owner holds it; node1's jobs were never touched.
+    assert all(cluster.show(j)["state"] == "RUNNING" and cluster.show(j)["restart_count"] == 0
+               for j in fillers)
+    cluster.gq("cancel", str(pro), str(borrower), *(str(j) for j in fillers), check=True)

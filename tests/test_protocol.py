@@ -132,7 +132,7 @@ def test_each_missing_required_field_rejected(msg_type: str):
 
 
 @pytest.mark.parametrize("msg_type,key,value,type_name", [
-    (protocol.SHOW, "id", "1", "str"),
+    (protocol.SHOW, "id", [1], "list"),  # a job id, or "123_7" for an array task
     (protocol.SHOW, "id", 1.0, "float"),
     (protocol.SHOW, "id", None, "NoneType"),
     (protocol.KILL, "job_id", True, "bool"),  # bool is an int in Python; must not pass as one

@@ -1,4 +1,4 @@
-"""`gq admin`: what sysadmins do to nodes (drain, resume)."""
+"""`gq admin`: what sysadmins do to nodes (drain, resume) and their keys (keygen)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import typer
 
 from gq.cli import render
 
-admin = typer.Typer(no_args_is_help=True, help="Node administration (admins only).")
+admin = typer.Typer(no_args_is_help=True, help="Node administration (admins only) and keys.")
 
 
 def register(app: typer.Typer) -> None:
@@ -31,4 +31,20 @@ def resume(nodes: list[str] = typer.Argument(..., help="node names")) -> int:
     with Client() as client:
         done = client.resume(nodes)
     render.message(f"resumed {', '.join(done)}")
+    return 0
+
+
+@admin.command("keygen")
+def keygen(names: list[str] = typer.Argument(..., help="gqd, or node names"),
+           key_dir: str = typer.Option(None, "--dir", help="where (default: [auth] key_dir)"),
+           force: bool = typer.Option(False, "--force", help="replace existing key pairs")) -> int:
+    """Write CURVE key pairs (secret files 0600); a node's public key joins the allow-list."""
+    from pathlib import Path
+
+    from gq import config as config_mod
+    from gq import keys
+    where = Path(key_dir or config_mod.load().auth.key_dir)
+    for name in names:
+        for path in keys.keygen(where, name, force=force):
+            render.message(f"wrote {path}")
     return 0

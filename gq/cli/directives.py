@@ -19,11 +19,16 @@ _SLURM_RENAMES = {
     "--output": "--output", "--error": "--error", "--chdir": "--chdir", "--qos": "--qos",
     "--mem": "--mem", "--export": "--export", "--no-requeue": "--no-requeue",
     "--requeue": None, "--wait": "--wait", "--parsable": "--parsable", "--signal": "--signal",
+    "--array": "--array", "--dependency": "--dependency", "--hold": "--hold",
+    "--begin": "--begin", "--account": "--account",
 }
 _SLURM_SHORT = {"-J": "--name", "-c": "--cpus", "-G": "--gpus", "-N": "--nodes", "-t": "--time",
-                "-o": "--output", "-e": "--error", "-D": "--chdir", "-q": "--qos"}
+                "-o": "--output", "-e": "--error", "-D": "--chdir", "-q": "--qos", "-a": "--array",
+                "-d": "--dependency", "-H": "--hold", "-b": "--begin", "-A": "--account"}
+#: Slurm options that take no value.
+_SLURM_FLAGS = ("--no-requeue", "--requeue", "--wait", "--parsable", "--hold", "-H")
 #: Slurm options gq does not use, whose value is a separate word when not given with `=`.
-_SLURM_IGNORED_WITH_VALUE = {"-p", "--partition", "-A", "--account", "--mail-type", "--mail-user",
+_SLURM_IGNORED_WITH_VALUE = {"-p", "--partition", "--mail-type", "--mail-user",
                              "-n", "--ntasks", "--ntasks-per-node", "-w", "--nodelist", "-x",
                              "--exclude", "-C", "--constraint", "--mem-per-cpu",
                              "--mem-per-gpu", "--comment", "--reservation", "--licenses",
@@ -60,9 +65,10 @@ def translate_slurm(words: list[str], warn: list[str]) -> list[str]:
         name, eq, value = word.partition("=")
         if not eq and len(word) > 2 and word[:2] in _SLURM_SHORT and not word.startswith("--"):
             name, value, eq = word[:2], word[2:], "="  # -t10, -JName
-        takes_value = name not in ("--no-requeue", "--requeue", "--wait", "--parsable")
+        takes_value = name not in _SLURM_FLAGS
         if not eq and takes_value and (name in _SLURM_SHORT or name in _SLURM_RENAMES
-                                        or name in _SLURM_IGNORED_WITH_VALUE or name == "--gres"):
+                                        or name in _SLURM_IGNORED_WITH_VALUE
+                                        or name in ("--gres", "--kill-on-invalid-dep")):
             i += 1
             if i >= len(words):
                 raise UsageError(f"#SBATCH {name} needs a value")
@@ -70,6 +76,8 @@ def translate_slurm(words: list[str], warn: list[str]) -> list[str]:
         i += 1
         if name == "--gres":
             out.extend(_gres(value))
+        elif name == "--kill-on-invalid-dep":  # yes or no, as sbatch takes it
+            out.extend(["--kill-on-invalid-dep"] if value.lower() in ("yes", "y") else [])
         elif name in _SLURM_SHORT or name in _SLURM_RENAMES:
             target = _SLURM_SHORT.get(name) or _SLURM_RENAMES.get(name)
             if target:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
+from gq.arrays import parse_ref
 from gq.cli import render
 from gq.cli.submit import exit_code_of
 from gq.errors import RefusedError, UsageError
@@ -26,6 +27,9 @@ def register(app: typer.Typer) -> None:
     app.command("q", hidden=True)(queue)
     app.command("show")(show)
     app.command("cancel")(cancel)
+    app.command("hold")(hold)
+    app.command("release")(release)
+    app.command("requeue")(requeue)
     app.command("wait")(wait)
     app.command("logs")(logs)
 
@@ -33,16 +37,6 @@ def register(app: typer.Typer) -> None:
 def _client():  # noqa: ANN202 - lazy import keeps `gq --help` fast
     from gq.client import Client
     return Client()
-
-
-def _job_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"bad job id {text!r}: expected a number") from None
-    if value <= 0:
-        raise UsageError(f"bad job id {text!r}: expected a positive number")
-    return value
 
 
 def _states(text: Optional[str]) -> Optional[list[str]]:
@@ -80,7 +74,7 @@ def show(job: str = typer.Argument(..., help="job id"),
          as_json: bool = typer.Option(False, "--json", help="print a JSON document")) -> int:
     """Show everything about one job (like scontrol show job)."""
     with _client() as client:
-        data = client.show(_job_id(job))
+        data = client.show(parse_ref(job))
     if as_json:
         render.emit_json(data)
     else:
@@ -88,22 +82,42 @@ def show(job: str = typer.Argument(..., help="job id"),
     return 0
 
 
-def cancel(jobs: list[str] = typer.Argument(..., help="job ids")) -> int:
+def cancel(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its tasks; 123_7: one)")) -> int:
     """Cancel jobs (like scancel): pending ones never start, running ones get SIGTERM then SIGKILL."""
-    ids = [_job_id(j) for j in jobs]
+    return _act(jobs, "cancel", "cancelled", lambda c, ids: c.cancel(ids))
+
+
+def hold(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its pending tasks)")) -> int:
+    """Keep pending jobs from starting until they are released (like scontrol hold)."""
+    return _act(jobs, "hold", "held", lambda c, ids: c.hold(ids))
+
+
+def release(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its held tasks)")) -> int:
+    """Let held jobs be scheduled again (like scontrol release)."""
+    return _act(jobs, "release", "released", lambda c, ids: c.release(ids))
+
+
+def requeue(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its tasks)")) -> int:
+    """Stop running jobs and queue them again as their next run (like scontrol requeue)."""
+    return _act(jobs, "requeue", "requeued", lambda c, ids: c.requeue(ids))
+
+
+def _act(jobs: list[str], verb: str, past: str, call: Any) -> int:
+    """Send one request for all the jobs; name each refused one and its reason on stderr."""
+    ids = [parse_ref(j) for j in jobs]
     with _client() as client:
-        result = client.cancel(ids)
+        result = call(client, ids)
     for job_id, why in result["errors"].items():
-        render.message(f"cannot cancel job {job_id}: {why}")
+        render.message(f"cannot {verb} job {job_id}: {why}")
     if result["errors"]:
-        raise RefusedError(f"{len(result['errors'])} of {len(ids)} job(s) not cancelled")
+        raise RefusedError(f"{len(result['errors'])} of {len(ids)} job(s) not {past}")
     return 0
 
 
 def wait(jobs: list[str] = typer.Argument(..., help="job ids"),
          as_json: bool = typer.Option(False, "--json", help="print the final records as JSON")) -> int:
     """Block until the jobs end; exit with the first failure's exit code, else 0."""
-    ids = [_job_id(j) for j in jobs]
+    ids = [parse_ref(j) for j in jobs]
     with _client() as client:
         done = client.wait(ids)
     if as_json:
@@ -116,7 +130,7 @@ def logs(job: str = typer.Argument(..., help="job id"),
          follow: bool = typer.Option(False, "-f", "--follow", help="keep printing until the job ends"),
          err: bool = typer.Option(False, "--err", help="the job's stderr file instead of stdout")) -> int:
     """Print a job's output file."""
-    job_id = _job_id(job)
+    job_id = parse_ref(job)
     with _client() as client:
         data = client.show(job_id)
         path = Path(data["stderr" if err else "stdout"])

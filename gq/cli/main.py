@@ -25,9 +25,10 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    from gq.cli import admin, cluster, jobs, submit
+    from gq.cli import accounting, admin, cluster, jobs, submit
     submit.register(app)
     jobs.register(app)
+    accounting.register(app)
     cluster.register(app)
     admin.register(app)
     from gq.cli import sim

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from gq.arrays import fold
 from gq.model import format_duration, format_size, parse_iso_time
 
 #: Version of the `--json` documents; bumped only when a field changes meaning or goes away.
@@ -64,26 +65,55 @@ def queue_rows(jobs: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     headers = ["JOBID", "NAME", "USER", "QOS", "ST", "TIME", "TIME_LIMIT", "NODES", "GPUS",
                "NODELIST(REASON)"]
     rows = []
-    for j in jobs:
+    for j, job_id in fold_pending_tasks(jobs):
         # Squeue's last column: the reason while pending, the nodes once it has run.
         if j["state"] == "PENDING":
             where = f"({j['reason'] or 'None'})"
         else:
             where = ",".join(j["node_list"]) or "-"
-        rows.append([j["id"], j["name"], j["user"], j["qos"], _STATE_SHORT.get(j["state"], j["state"]),
+        rows.append([job_id, j["name"], j["user"], j["qos"], _STATE_SHORT.get(j["state"], j["state"]),
                      elapsed(j), format_duration(j["time_limit_s"]), j["nodes"],
                      j["gpus_per_node"] * j["nodes"], where])
     return headers, rows
 
 
+def fold_pending_tasks(jobs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """(job, JOBID) rows as squeue shows them: an array's pending tasks as one row
+    `123_[8-99%10]` where the first of them would be; every other job (or task) on its own."""
+    pending: dict[int, list[dict[str, Any]]] = {}
+    rows: list[tuple[dict[str, Any], Any]] = []
+    for j in jobs:
+        array_id = j.get("array_job_id")
+        if array_id is None or j["state"] != "PENDING":
+            rows.append((j, j.get("job_id") or str(j["id"])))
+        elif array_id in pending:
+            pending[array_id].append(j)
+        else:
+            pending[array_id] = [j]
+            rows.append((j, array_id))  # resolved below, once all its tasks are seen
+    out = []
+    for j, job_id in rows:
+        if isinstance(job_id, int):
+            tasks = pending[job_id]
+            limit = f"%{j['array_task_limit']}" if j.get("array_task_limit") else ""
+            job_id = f"{job_id}_{tasks[0]['array_index']}" if len(tasks) == 1 and not limit \
+                else f"{job_id}_[{fold(t['array_index'] for t in tasks)}{limit}]"
+        out.append((j, job_id))
+    return out
+
+
 def show_job(job: dict[str, Any]) -> None:
     """`scontrol show job` style: Key=Value pairs, a few to a line."""
     fields = [
-        ("JobId", job["id"]), ("JobName", job["name"]), ("UserId", job["user"]),
+        ("JobId", job["id"]), ("ArrayJobId", job.get("array_job_id")),
+        ("ArrayTaskId", job.get("array_index")), ("JobName", job["name"]), ("UserId", job["user"]),
         ("QOS", job["qos"]), ("Priority", job["priority"]), ("JobState", job["state"]),
         ("Reason", job["reason"] or "None"), ("ExitCode", job["exit_code"]),
         ("RestartCnt", job.get("restart_count", 0)), ("RunTime", elapsed(job)),
+        ("Hold", job.get("hold")), ("BeginTime", job.get("begin_time")),
+        ("Dependency", job.get("dependency")), ("Account", job.get("account")),
         ("TimeLimit", format_duration(job["time_limit_s"])), ("Signal", job.get("signal")),
+        ("Share", "yes" if job.get("share") else None),
         ("SubmitTime", job["submit_time"]), ("StartTime", job["start_time"]),
         ("EndTime", job["end_time"]), ("NumNodes", job["nodes"]),
         ("GpusPerNode", job["gpus_per_node"]), ("GpuType", job["gpu_type"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time as _time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,13 +13,16 @@ import typer
 from gq.cli import render
 from gq.cli.clickcompat import ParameterSource
 from gq.cli.clickcompat import UsageError as ClickUsageError
+from gq.arrays import parse_array
 from gq.cli.directives import directive_lines, translate_slurm
+from gq.deps import parse_dependency
 from gq.errors import UsageError
-from gq.model import JobSpec, parse_duration, parse_signal, parse_size
+from gq.model import JobSpec, parse_duration, parse_signal, parse_size, parse_time
 
 #: Options whose value directives may supply; the command line wins over both kinds of line.
 _MERGEABLE = ("gpus", "nodes", "gpu_type", "gpu_mem", "cpus", "mem", "time", "qos", "name",
-              "output", "error", "chdir", "export", "no_requeue", "job_signal")
+              "output", "error", "chdir", "export", "no_requeue", "job_signal", "array",
+              "dependency", "kill_on_invalid_dep", "hold", "begin", "account", "share")
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +38,8 @@ def submit(
     nodes: int = typer.Option(1, "-N", "--nodes", help="nodes, started together (gang)"),
     gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="GPU model, e.g. h100"),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="minimum VRAM per GPU, e.g. 40G"),
+    share: bool = typer.Option(False, "--share", help="share GPUs with other --share jobs while "
+                               "their --gpu-mem sums fit in VRAM"),
     cpus: int = typer.Option(0, "-c", "--cpus", help="CPUs per node"),
     mem: Optional[str] = typer.Option(None, "--mem", help="memory per node, e.g. 64G"),
     time: Optional[str] = typer.Option(None, "-t", "--time", help="time limit: MM, HH:MM:SS, D-HH, 2h ..."),
@@ -48,6 +54,19 @@ def submit(
         None, "--signal", metavar="[B:]SIG[@SECONDS]",
         help="send SIG SECONDS (default 60) before the time limit, and instead of SIGTERM "
              "when preempted; B: only to the script's own process"),
+    array: Optional[str] = typer.Option(
+        None, "-a", "--array", metavar="INDICES[%LIMIT]",
+        help="a job array: one task per index (0-99, 1,3,7, 0-99:2), at most LIMIT running"),
+    dependency: Optional[str] = typer.Option(
+        None, "-d", "--dependency", metavar="TYPE:ID[:ID][,...]",
+        help="start after other jobs: after, afterany, afterok, afternotok, singleton; "
+             "',' all of them, '?' any"),
+    kill_on_invalid_dep: bool = typer.Option(
+        False, "--kill-on-invalid-dep", help="cancel the job when its dependency can never be met"),
+    hold: bool = typer.Option(False, "-H", "--hold", help="submit held: it waits for gq release"),
+    begin: Optional[str] = typer.Option(
+        None, "-b", "--begin", metavar="TIME", help="not before TIME: now+1h, 16:00, 2026-12-01T09:00"),
+    account: Optional[str] = typer.Option(None, "-A", "--account", help="account charged in gq report"),
     wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its exit code"),
     parsable: bool = typer.Option(False, "--parsable", help="print only the job id"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -120,6 +139,9 @@ def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any])
         raise UsageError(f"bad --nodes {v['nodes']}: must be 1 or more")
     if v["cpus"] < 0:
         raise UsageError(f"bad --cpus {v['cpus']}: must be 0 or more")
+    if v["share"] and not (v["gpu_mem"] and v["gpus"]):
+        raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it), "
+                         "e.g. --share --gpu-mem 20G, and at least one GPU")
     cwd = os.path.abspath(v["chdir"]) if v["chdir"] else os.getcwd()
     return JobSpec(
         script=text, name=v["name"] or default_name, args=args, user="", uid=os.getuid(),
@@ -129,7 +151,18 @@ def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any])
         mem=parse_size(v["mem"]) if v["mem"] else 0,
         time_limit_s=parse_duration(v["time"]) if v["time"] else None, qos=v["qos"],
         output=v["output"], error=v["error"], requeue=not v["no_requeue"],
-        signal=str(parse_signal(v["job_signal"])) if v["job_signal"] else None)
+        signal=str(parse_signal(v["job_signal"])) if v["job_signal"] else None,
+        hold=v["hold"], kill_on_invalid_dep=v["kill_on_invalid_dep"], account=v["account"],
+        begin_time=parse_time(v["begin"], _time.time(), future=True) if v["begin"] else None,
+        dependency=str(parse_dependency(v["dependency"])) if v["dependency"] else None,
+        array=_checked_array(v["array"]), share=v["share"])
+
+
+def _checked_array(text: str | None) -> str | None:
+    if text is None:
+        return None
+    parse_array(text)  # a bad spec is a usage error here, before anything is sent
+    return text.strip()
 
 
 def export_env(export: str, environ: dict[str, str]) -> dict[str, str]:

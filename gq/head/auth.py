@@ -3,23 +3,34 @@
 libzmq passes the peer's `uid:gid:pid` (from SO_PEERCRED) as the ZAP request's address on ipc
 connections; we answer with that uid as the connection's User-Id, which then rides on every
 message. The uid never comes from the message itself. TCP callers have no such proof: they are
-"claimed" identities until CURVE keys arrive (the security issue).
+"claimed" identities, allowed to read only. gqnodes prove themselves with CURVE keys.
 """
 
 from __future__ import annotations
 
+import grp
 import logging
+import os
 import pwd
 import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
+from zmq.utils import z85
+
+from gq.keys import allowed_nodes
 
 log = logging.getLogger("gq.head.auth")
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 #: The ZAP domain gqd's client sockets set, so every connection goes through the handler.
 DOMAIN = b"gq"
+#: The ZAP domain of gqd's node socket (CURVE keys, checked against the allow-list).
+NODE_DOMAIN = b"gq-nodes"
+#: A refused peer's cause is logged at most once per this many seconds.
+REFUSAL_LOG_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -32,9 +43,19 @@ class Caller:
 
 
 class ZapHandler:
-    """Accepts every connection, tagging ipc ones with the peer's uid (a daemon thread)."""
+    """Decides every connection (a daemon thread): clients by the kernel's uid, nodes by key.
 
-    def __init__(self, ctx: zmq.Context):
+    Client connections (DOMAIN) are accepted and tagged with the ipc peer's uid; with `owner_uid`
+    set (a personal cluster) only that uid is admitted and TCP callers not at all. Node
+    connections (NODE_DOMAIN) must present a CURVE key from the allow-list in `key_dir`; their
+    User-Id is the node name that key is bound to, which gqd checks on every message.
+    """
+
+    def __init__(self, ctx: zmq.Context, owner_uid: int | None = None,
+                 key_dir: Path | None = None):
+        self.owner_uid = owner_uid
+        self.key_dir = key_dir
+        self._logged: dict[tuple[bytes, ...], float] = {}
         self._sock = ctx.socket(zmq.REP)
         self._sock.linger = 0
         self._sock.bind(ZAP_ENDPOINT)
@@ -47,9 +68,46 @@ class ZapHandler:
                 frames = self._sock.recv_multipart()
             except zmq.ZMQError:
                 return  # context terminated: gqd is stopping
-            version, request_id, _domain, address = frames[:4]
-            self._sock.send_multipart([version, request_id, b"200", b"OK",
-                                       peer_uid(address).encode(), b""])
+            version, request_id = frames[:2]
+            try:
+                code, text, user_id = self.decide(frames)
+            except Exception as exc:  # a bad request must not end the thread (and all logins)
+                code, text, user_id = b"500", f"internal error: {exc}", ""
+            self._sock.send_multipart([version, request_id, code, text.encode(),
+                                       user_id.encode(), b""])
+
+    def decide(self, frames: list[bytes]) -> tuple[bytes, str, str]:
+        """(status code, status text, User-Id) for a ZAP request."""
+        domain, address, _identity, mechanism = frames[2:6]
+        if domain == NODE_DOMAIN:
+            return self._node(mechanism, frames[6:])
+        uid = peer_uid(address)
+        if self.owner_uid is not None and uid != str(self.owner_uid):
+            self._refusal((b"owner", uid.encode()), "refused a client of uid %s: only the "
+                          "owner (uid %d) may use this cluster", uid or "unknown (TCP)",
+                          self.owner_uid)
+            return b"400", "only the cluster's owner may connect", ""
+        return b"200", "OK", uid
+
+    def _node(self, mechanism: bytes, credentials: list[bytes]) -> tuple[bytes, str, str]:
+        if mechanism != b"CURVE" or not credentials or self.key_dir is None:
+            return b"400", "nodes must use CURVE", ""
+        key = z85.encode(credentials[0])
+        name = allowed_nodes(self.key_dir).get(key)
+        if name is None:
+            self._refusal((b"key", key), "refused a node with an unknown CURVE key %s: not in %s",
+                          key.decode(), self.key_dir / "nodes")
+            return b"400", "unknown node key", ""
+        return b"200", "OK", name
+
+    def _refusal(self, what: tuple[bytes, ...], fmt: str, *args: object) -> None:
+        """Log a refusal, once a minute per cause (a refused peer reconnects every second)."""
+        now = time.monotonic()
+        if len(self._logged) > 1000:  # many distinct causes: an attack; keep memory bounded
+            self._logged.clear()
+        if now - self._logged.get(what, -REFUSAL_LOG_S) >= REFUSAL_LOG_S:
+            self._logged[what] = now
+            log.warning(fmt, *args)
 
     def close(self) -> None:
         self._sock.close(linger=0)
@@ -80,4 +138,23 @@ def caller_of(user_id: str, claimed_uid: object, claimed_user: object, admins: l
         uid = claimed_uid if isinstance(claimed_uid, int) else -1
         name = claimed_user if isinstance(claimed_user, str) and claimed_user else user_name(uid)
         proven = False
-    return Caller(uid=uid, user=name, proven=proven, admin=name in admins or uid == 0 and proven)
+    admin = name in admins or (proven and (uid == 0 or _in_admin_group(name, uid, admins)))
+    return Caller(uid=uid, user=name, proven=proven, admin=admin)
+
+
+def _in_admin_group(name: str, uid: int, admins: list[str]) -> bool:
+    """Whether the user is in a group named `%GROUP` (sudoers' way) among the admins."""
+    groups = [a[1:] for a in admins if a.startswith("%")]
+    if not groups:
+        return False
+    try:
+        mine = set(os.getgrouplist(name, pwd.getpwuid(uid).pw_gid))
+    except KeyError:
+        return False
+    for group in groups:
+        try:
+            if grp.getgrnam(group).gr_gid in mine:
+                return True
+        except KeyError:
+            continue
+    return False

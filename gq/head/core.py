@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gq import defaults, protocol
+from gq.arrays import parse_array, parse_ref, split_ref
 from gq.config import Config
+from gq.deps import ParentState, parse_dependency
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
+from gq.head import gate, limits
 from gq.head.auth import Caller
 from gq.model import (Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
                       format_size, iso_time, parse_signal)
@@ -31,9 +35,14 @@ RECENT_S = 300.0
 MAX_JOBS_PER_NODE_COUNT = 64
 #: `reason` of a running job being preempted; it is requeued (or ends PREEMPTED) once stopped.
 PREEMPTED = "Preempted"
+#: `reason` of a running job that `gq requeue` is stopping; it is requeued once stopped.
+REQUEUED = "Requeued"
+#: Reasons of a running job on its way back to the queue.
+STOPPING = frozenset({PREEMPTED, REQUEUED})
 #: Requests that change the queue: refused to callers whose identity the kernel did not prove.
 CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
-                               protocol.RESUME})
+                               protocol.RESUME, protocol.HOLD, protocol.RELEASE,
+                               protocol.REQUEUE})
 MAX_GPUS_PER_NODE = 64
 #: A node's health problems shown in its drain reason: at most this many, this long each.
 MAX_HEALTH_PROBLEMS = 4
@@ -79,7 +88,16 @@ class Head:
 
     def load(self, now: float) -> None:
         """(Re)build memory from the store: at start, and after a failed commit."""
-        self.jobs: dict[int, Job] = {j.id: j for j in self.store.live_jobs()}
+        self.jobs: dict[int, Job] = {}
+        #: Array job id -> task index -> job id, for the arrays' tasks in `jobs`.
+        self.arrays: dict[int, dict[int, int]] = {}
+        self.queued = limits.Queued()
+        for job in self.store.live_jobs():
+            self._track(job)
+        #: Parents of dependencies that have ended, as the store has them (read once each).
+        self.ended: dict[int, ParentState] = {}
+        #: The earliest `--begin` still ahead: a pass is due then.
+        self.wake_at: float | None = None
         self.nodes: dict[str, Node] = {}
         for node in self.store.load_nodes():
             # Until it registers again we know nothing about a node; drains are kept.
@@ -122,14 +140,38 @@ class Head:
         specs = [self._accept_spec(protocol.check_spec(s), caller, views) for s in msg["jobs"]]
         if not specs:
             raise UsageError("nothing to submit")
+        limits.check_submit(self.cfg, self.queued, specs)
         ids = []
         for spec in specs:
-            job = Job(id=0, spec=spec, submit_time=now, reason="None")
-            job.id = self.store.insert_job(job)
-            self.jobs[job.id] = job
-            ids.append(job.id)
+            hold = "user" if spec.hold else ""
+            if spec.array:
+                # One row per task, inserted together; the array's id is its first task's.
+                tasks = [Job(id=0, spec=spec, submit_time=now, reason="None", array_index=i,
+                             hold=hold) for i in parse_array(spec.array).indices]
+                self.store.insert_array(tasks)
+            else:
+                tasks = [Job(id=0, spec=spec, submit_time=now, reason="None", hold=hold)]
+                tasks[0].id = self.store.insert_job(tasks[0])
+            for job in tasks:
+                self._track(job)
+            ids.append(tasks[0].id)
         self.dirty = True
         return {"ids": ids}
+
+    def _track(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        self.queued.add(job)
+        if job.array_job_id is not None:
+            self.arrays.setdefault(job.array_job_id, {})[job.array_index or 0] = job.id
+
+    def _untrack(self, job: Job) -> None:
+        self.jobs.pop(job.id, None)
+        self.queued.remove(job)
+        tasks = self.arrays.get(job.array_job_id) if job.array_job_id is not None else None
+        if tasks is not None:
+            tasks.pop(job.array_index or 0, None)
+            if not tasks:
+                del self.arrays[job.array_job_id]
 
     def _accept_spec(self, raw: dict[str, Any], caller: Caller,
                      views: tuple[NodeView, ...]) -> JobSpec:
@@ -137,6 +179,9 @@ class Head:
         spec = JobSpec.from_dict(raw)
         spec.uid = caller.uid
         spec.user = caller.user
+        if caller.uid == 0 and not self.cfg.auth.allow_root_jobs:
+            raise PermissionDenied("permission denied: jobs of root are refused on this cluster "
+                                   "([auth] allow_root_jobs = false); submit as a user")
         if caller.proven or spec.gid < 0:
             spec.gid = _primary_gid(caller.uid, spec.gid)
         if not 1 <= spec.nodes <= MAX_JOBS_PER_NODE_COUNT:
@@ -161,9 +206,22 @@ class Head:
                                f"{spec.qos!r} QOS maximum of {format_duration(qos.max_time_s)}")
         if spec.gpu_type:
             spec.gpu_type = spec.gpu_type.lower()
+        if spec.share and not (spec.gpu_mem and spec.gpus):
+            raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it) "
+                             "and at least one GPU")
         if spec.signal is not None:
             # Stored canonical, so the shepherd and the preemption code never see a bad one.
             spec.signal = str(parse_signal(spec.signal))
+        if spec.array is not None:
+            spec.array = spec.array.strip()
+            parse_array(spec.array)
+        if spec.dependency is not None:
+            dep = parse_dependency(spec.dependency)
+            spec.dependency = str(dep)
+            for parent in sorted(dep.parents):
+                if parent not in self.jobs and self.store.get_job(parent) is None:
+                    # As sbatch: a dependency on a job nobody knows is refused, not kept waiting.
+                    raise RefusedError(f"job dependency problem: job {parent} does not exist")
         self._check_satisfiable(spec, views)
         return spec
 
@@ -184,21 +242,63 @@ class Head:
                            f"(nodes have: {', '.join(have)})")
 
     def _req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        cancelled, errors = [], {}
-        for job_id in msg["ids"]:
-            if not isinstance(job_id, int):
-                raise ProtocolError("cancel: ids must be integers")
-            try:
-                self.cancel(self._owned(job_id, caller), now)
-                cancelled.append(job_id)
-            except RefusedError as exc:
-                errors[str(job_id)] = str(exc)
-        return {"cancelled": cancelled, "errors": errors}
+        done, errors = self._act(msg["ids"], caller, lambda job: self.cancel(job, now))
+        return {"cancelled": done, "errors": errors}
 
-    def _owned(self, job_id: int, caller: Caller) -> Job:
-        job = self.find(job_id)
+    def _req_hold(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        done, errors = self._act(msg["ids"], caller, lambda job: self._hold(job, caller))
+        return {"done": done, "errors": errors}
+
+    def _req_release(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        done, errors = self._act(msg["ids"], caller, lambda job: self._unhold(job, caller))
+        return {"done": done, "errors": errors}
+
+    def _req_requeue(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        done, errors = self._act(msg["ids"], caller, self.requeue)
+        return {"done": done, "errors": errors}
+
+    def _act(self, refs: list[Any], caller: Caller, action: Any
+             ) -> tuple[list[Any], dict[str, str]]:
+        """Apply `action` to each job named, and to every live task of an array named by its id
+        (tasks it cannot apply to, such as running ones for a hold, are skipped unless all are).
+        A job the caller may not touch, or that `action` refuses, is an entry in the errors."""
+        done, errors = [], {}
+        for raw in refs:
+            try:
+                jobs = [self._owned(job, caller) for job in self._expand(_ref(raw))]
+                refused = []
+                for job in jobs:
+                    try:
+                        action(job)
+                    except RefusedError as exc:
+                        refused.append(exc)
+                if len(refused) == len(jobs):
+                    raise refused[0]
+                done.append(raw)
+            except RefusedError as exc:
+                errors[str(raw)] = str(exc)
+        return done, errors
+
+    def _owned(self, job: Job, caller: Caller) -> Job:
         if not caller.admin and job.spec.uid != caller.uid:
-            raise PermissionDenied(f"permission denied: job {job_id} belongs to {job.spec.user}")
+            raise PermissionDenied(f"permission denied: job {job.ref} belongs to {job.spec.user}")
+        return job
+
+    def _expand(self, ref: int | str) -> list[Job]:
+        """The jobs a reference names: an array's live tasks for its id, else the one job."""
+        if isinstance(ref, int) and ref in self.arrays:
+            return [self.jobs[i] for _, i in sorted(self.arrays[ref].items())]
+        return [self.lookup(ref)]
+
+    def lookup(self, ref: int | str) -> Job:
+        """The job `123` or the array task `123_7`."""
+        if isinstance(ref, int):
+            return self.find(ref)
+        array_id, index = split_ref(ref)
+        job_id = self.arrays.get(array_id, {}).get(index)
+        job = self.jobs[job_id] if job_id is not None else self.store.array_task(array_id, index)
+        if job is None:
+            raise NotFoundError(f"job {ref} does not exist")
         return job
 
     def find(self, job_id: int) -> Job:
@@ -207,9 +307,56 @@ class Head:
             raise NotFoundError(f"job {job_id} does not exist")
         return job
 
+    def _hold(self, job: Job, caller: Caller) -> None:
+        """Slurm's hold: a pending job is not scheduled until released. An admin's hold on
+        someone else's job (JobHeldAdmin) only an admin can release."""
+        if job.state != JobState.PENDING:
+            raise RefusedError(f"job {job.ref} is not pending ({job.state.value}): only "
+                               "pending jobs can be held")
+        job.hold = "admin" if caller.admin and job.spec.uid != caller.uid else "user"
+        job.reason = gate.HELD[job.hold]
+        self.store.update_job(job, "hold", "reason")
+        self.reservations.pop(job.id, None)
+        self.dirty = True
+
+    def _unhold(self, job: Job, caller: Caller) -> None:
+        if not job.hold or job.state != JobState.PENDING:
+            raise RefusedError(f"job {job.ref} is not held")
+        if job.hold == "admin" and not caller.admin:
+            raise PermissionDenied(f"permission denied: job {job.ref} was held by an "
+                                   "administrator; only an administrator can release it")
+        job.hold, job.reason = "", "None"
+        self.store.update_job(job, "hold", "reason")
+        self.dirty = True
+
+    def requeue(self, job: Job) -> None:
+        """Slurm's requeue: a running job is stopped (SIGTERM, then SIGKILL after the grace time)
+        and goes back to the queue as its next run; an ended one goes back at once."""
+        if not job.spec.requeue:
+            raise RefusedError(f"job {job.ref} was submitted with --no-requeue")
+        if job.state == JobState.PENDING:
+            raise RefusedError(f"job {job.ref} is pending: it has not run yet")
+        if job.state == JobState.RUNNING:
+            if job.reason not in STOPPING:
+                job.reason = REQUEUED
+                self.store.update_job(job, "reason")
+                for node in job.alloc:
+                    self.outbox_nodes.append((node, protocol.encode(
+                        protocol.KILL, job_id=job.id, restart=job.restart_count, signal="TERM")))
+            return
+        if job.holds_alloc:
+            raise RefusedError(f"job {job.ref} is still stopping on its node(s); try again")
+        job.state, job.reason, job.alloc, job.start_time = JobState.PENDING, "None", {}, None
+        job.end_time = job.exit_code = None
+        job.restart_count += 1
+        self.store.update_job(job)
+        self.ended.pop(job.id, None)
+        self._track(job)
+        self.dirty = True
+
     def cancel(self, job: Job, now: float) -> None:
         if job.state.terminal:
-            raise RefusedError(f"job {job.id} has already finished ({job.state.value})")
+            raise RefusedError(f"job {job.ref} has already finished ({job.state.value})")
         was_running = job.state == JobState.RUNNING
         self._finish(job, JobState.CANCELLED, now, exit_code=None)
         if was_running:
@@ -230,7 +377,7 @@ class Head:
         return {"jobs": [j.to_json() for j in jobs]}
 
     def _req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        job = self.find(msg["id"])
+        job = self.lookup(_ref(msg["id"]))
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
                     cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem)
@@ -241,6 +388,28 @@ class Head:
         if (res := self.reservations.get(job.id)) is not None:
             data.update(expected_start=iso_time(res.start), expected_nodes=list(res.alloc))
         return {"job": data}
+
+    def _req_history(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"))
+        return {"jobs": [j.to_json() for j in jobs]}
+
+    def _req_accounting(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                        ) -> dict:
+        """GPU-seconds inside [since, until] by user, account, QOS and how the run ended
+        (RUNNING for runs still going, counted up to now)."""
+        since, until = msg["since"], min(msg["until"], now)
+        rows = [{"user": u, "account": a, "qos": q, "state": st, "gpu_seconds": sec}
+                for u, a, q, st, sec in self.store.run_usage(since, until)]
+        for job_id in self.launches:
+            job = self.jobs.get(job_id)
+            if job is None or job.state != JobState.RUNNING or job.start_time is None:
+                continue
+            seconds = job.spec.gpus * job.spec.nodes * (until - max(since, job.start_time))
+            if seconds > 0:
+                rows.append({"user": job.spec.user, "account": job.spec.account or "",
+                             "qos": job.spec.qos or "", "state": JobState.RUNNING.value,
+                             "gpu_seconds": seconds})
+        return {"rows": rows}
 
     def _req_nodes(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         holders: dict[tuple[str, int], int] = {}
@@ -297,10 +466,9 @@ class Head:
 
     def _req_wait(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                   ) -> dict | None:
-        ids = msg["ids"]
-        if not all(isinstance(i, int) for i in ids):
-            raise ProtocolError("wait: ids must be integers")
-        jobs = [self.find(i) for i in ids]
+        # An array's id waits for all its tasks.
+        jobs = [job for raw in msg["ids"] for job in self._expand(_ref(raw))]
+        ids = [job.id for job in jobs]
         if all(j.state.terminal for j in jobs):
             return {"done": True, "jobs": [j.to_json() for j in jobs]}
         timeout = min(float(msg.get("park_s", defaults.WAIT_POLL_S)), 300.0)
@@ -413,9 +581,13 @@ class Head:
             launch.holding.discard(node.name)
             launch.results[node.name] = (str(msg.get("state") or "FAILED"), msg.get("exit_code"))
             self._rank_finished(job, launch, now)
+            if msg.get("note") and job.state.terminal and not job.reason:
+                # Why it could not start (its output file, say): shown by `gq show`.
+                job.reason = str(msg["note"])[:protocol.MAX_NOTE]
+                self.store.update_job(job, "reason")
 
     def _rank_finished(self, job: Job, launch: Launch, now: float) -> None:
-        if job.state == JobState.RUNNING and job.reason == PREEMPTED:
+        if job.state == JobState.RUNNING and job.reason in STOPPING:
             if not launch.holding:
                 self._requeue_preempted(job, now)
             return
@@ -432,13 +604,15 @@ class Head:
             self._release(job)
 
     def _requeue_preempted(self, job: Job, now: float) -> None:
-        """A preempted job has stopped on every node: back in the queue as its next run."""
+        """A preempted (or `gq requeue`d) job has stopped on every node: back in the queue as
+        its next run."""
         self.launches.pop(job.id, None)
-        self.usage.charge(job, now)
         if not job.spec.requeue:
             job.holds_alloc = False
             self._finish(job, JobState.PREEMPTED, now, exit_code=None)
             return
+        self.usage.charge(job, now)
+        self.store.insert_run(job, now, "REQUEUED" if job.reason == REQUEUED else "PREEMPTED")
         job.state, job.reason, job.alloc, job.start_time = JobState.PENDING, "", {}, None
         job.holds_alloc = False
         job.restart_count += 1
@@ -449,12 +623,14 @@ class Head:
     def _finish(self, job: Job, state: JobState, now: float, exit_code: int | None) -> None:
         if job.state == JobState.RUNNING:
             self.usage.charge(job, now)
+            self.store.insert_run(job, now, state.value)
         job.state, job.end_time, job.exit_code, job.reason = state, now, exit_code, ""
+        self.queued.remove(job)
         if job.id not in self.launches:
             job.holds_alloc = False
         self.store.update_job(job, "state", "end_time", "exit_code", "reason", "holds_alloc")
         if not job.holds_alloc:
-            self.jobs.pop(job.id, None)
+            self._untrack(job)
         self.dirty = True
         log.info("job %d %s (exit %s)", job.id, state.value, exit_code)
 
@@ -464,7 +640,7 @@ class Head:
         job.holds_alloc = False
         self.store.update_job(job, "holds_alloc")
         if job.state.terminal:
-            self.jobs.pop(job.id, None)
+            self._untrack(job)
         self.dirty = True
 
     # ------------------------------------------------------------ timers and scheduling
@@ -482,6 +658,8 @@ class Head:
                 missing = set(job.alloc) - launch.confirmed
                 if missing:
                     self._send_launch(job, now, only=missing)
+        if self.wake_at is not None and now >= self.wake_at:
+            self.wake_at, self.dirty = None, True
         self._answer_parked(now)
 
     def node_down(self, node: Node, reason: str, now: float) -> None:
@@ -513,6 +691,7 @@ class Head:
     def _node_failed(self, job: Job, now: float) -> None:
         """A running job lost its node: requeue it as a new run, or end it NODE_FAIL."""
         if job.spec.requeue:
+            self.store.insert_run(job, now, JobState.NODE_FAIL.value)
             job.state, job.reason, job.alloc = JobState.PENDING, "NodeFail", {}
             job.restart_count += 1
             job.start_time = None
@@ -523,9 +702,17 @@ class Head:
     def schedule(self, now: float) -> None:
         """One pass of the pure scheduler; its starts are persisted here and launched after commit."""
         self.dirty = False
-        pending = tuple(_pending_view(j) for j in self.jobs.values()
-                        if j.state == JobState.PENDING)
+        screen = gate.screen(self.jobs.values(), now, self._parent)
+        self.wake_at = screen.wake_at
+        eligible, held = limits.screen(screen.eligible, self.jobs.values(), self.cfg.qos)
+        self._set_reasons([*screen.waiting, *((j, limits.QOS_LIMIT) for j in held)])
+        for job in screen.invalid:  # --kill-on-invalid-dep
+            self.cancel(job, now)
+            job.reason = gate.NEVER
+            self.store.update_job(job, "reason")
+        pending = tuple(_pending_view(j) for j in eligible)
         if not pending:
+            self.reservations = {}
             return
         result = plan(Snapshot(nodes=self._node_views(), pending=pending,
                                running=self._running_views(), usage=self.usage.at(now)),
@@ -533,11 +720,7 @@ class Head:
         self.reservations = result.reservations
         for preempt in result.preemptions:
             self._preempt(self.jobs[preempt.victim], preempt.for_job)
-        for job_id, reason in result.reasons.items():
-            job = self.jobs[job_id]
-            if job.reason != reason:
-                job.reason = reason
-                self.store.update_job(job, "reason")
+        self._set_reasons((self.jobs[job_id], reason) for job_id, reason in result.reasons.items())
         for job_id, prio in result.priorities.items():
             self.jobs[job_id].priority = prio
         for start in result.starts:
@@ -548,6 +731,30 @@ class Head:
             self.store.update_job(job, "state", "reason", "start_time", "alloc", "holds_alloc")
             self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))
             self._send_launch(job, now)
+
+    def _set_reasons(self, reasons: Iterable[tuple[Job, str]]) -> None:
+        """Give pending jobs their reason; the changed ones are written in one statement."""
+        changed = []
+        for job, reason in reasons:
+            if job.reason != reason:
+                job.reason = reason
+                changed.append(job)
+        self.store.update_jobs(changed, "reason")
+
+    def _parent(self, job_id: int) -> ParentState:
+        """A dependency's parent job as gate.screen needs it."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            if (known := self.ended.get(job_id)) is not None:
+                return known
+            job = self.store.get_job(job_id)
+            if job is None:  # gone from the store: it cannot succeed any more
+                return ParentState(JobState.CANCELLED.value, started=False)
+        state = ParentState(job.state.value, started=job.start_time is not None
+                            or job.restart_count > 0)
+        if job.state.terminal and job.id not in self.jobs:
+            self.ended[job_id] = state
+        return state
 
     def _preempt(self, victim: Job, for_job: int) -> None:
         """Signal the victim (its --signal, else SIGTERM), give it its QOS's grace time, then
@@ -570,7 +777,8 @@ class Head:
                                 start_time=j.start_time or 0.0,
                                 time_limit_s=j.spec.time_limit_s or 0, cpus=j.spec.cpus,
                                 mem=j.spec.mem, user=j.spec.user,
-                                ending=j.state != JobState.RUNNING or j.reason == PREEMPTED)
+                                share_mem=(j.spec.gpu_mem or 0) if j.spec.share else 0,
+                                ending=j.state != JobState.RUNNING or j.reason in STOPPING)
                      for j in self.jobs.values() if j.holds_alloc)
 
     def _node_views(self) -> tuple[NodeView, ...]:
@@ -609,11 +817,21 @@ class Head:
         return f"{root.rstrip('/')}/{job.spec.user}/{job.id}" if root else ""
 
 
+def _ref(raw: Any) -> int | str:
+    """A job reference from a request: a job id, or `123_7` for an array task."""
+    if isinstance(raw, str):
+        return parse_ref(raw)
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw <= 0:
+        raise ProtocolError("job ids must be positive integers or ARRAYID_INDEX strings")
+    return raw
+
+
 def _pending_view(job: Job) -> PendingJob:
     s = job.spec
     return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
                       nodes=s.nodes, gpus=s.gpus, gpu_type=s.gpu_type, gpu_mem=s.gpu_mem,
-                      cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0, user=s.user)
+                      cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0, user=s.user,
+                      share=s.share)
 
 
 def _primary_gid(uid: int, fallback: int) -> int:

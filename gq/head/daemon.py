@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import sys
 import time
 from dataclasses import dataclass
@@ -14,9 +15,9 @@ import msgpack
 import zmq
 
 from gq import config as config_mod
-from gq import defaults, protocol, service
-from gq.errors import GqError, ProtocolError, StoreError
-from gq.head.auth import DOMAIN, ZapHandler, caller_of
+from gq import defaults, keys, protocol, service
+from gq.errors import ConfigError, GqError, ProtocolError, StoreError
+from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
 from gq.head.core import Head
 from gq.pidfile import acquire
 from gq.store import Store
@@ -40,18 +41,42 @@ class HeadServer:
         #: No scheduling pass before this time (set after a failed commit).
         self.schedule_after = 0.0
         self.ctx = zmq.Context()
-        self.zap = ZapHandler(self.ctx)  # must run before any bind, so no connection skips it
+        key_dir = Path(cfg.auth.key_dir) if cfg.auth.curve else None
+        curve = keys.head_keys(key_dir) if key_dir else None  # a missing key stops gqd here
+        # Must run before any bind, so no connection skips it.
+        self.zap = ZapHandler(self.ctx, _owner_uid(cfg.auth.owner), key_dir)
         self.clients = [self._bind_client(ep) for ep in cfg.head.client_endpoints]
-        self.nodes = self.ctx.socket(zmq.ROUTER)
-        self.nodes.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone node raises, not drops
-        self.nodes.setsockopt(zmq.ROUTER_HANDOVER, 1)   # a restarted gqnode takes over its name
-        self.nodes.linger = 0
-        self.nodes.bind(cfg.head.node_endpoint)
+        self.nodes = self._bind_nodes(cfg.head.node_endpoint, curve)
+        #: Node name -> routing id of the connection it last sent from (under its own key).
+        self.node_routes: dict[str, bytes] = {}
+        #: Names some node with another's key claimed (logged once each).
+        self.impostors: set[str] = set()
         self.signals = service.Signals()
         self.poller = zmq.Poller()
         for sock in (*self.clients, self.nodes):
             self.poller.register(sock, zmq.POLLIN)
         self.poller.register(self.signals.wake_r, zmq.POLLIN)
+
+    def _bind_nodes(self, endpoint: str, curve: keys.CurveKeys | None) -> zmq.Socket:
+        sock = self.ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a gone node raises, not drops
+        # A node reconnecting after a partition takes over its (secret, random) routing id.
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        sock.linger = 0
+        sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
+        if curve is not None:
+            # Encrypted, and each node proves its name with its key (the ZAP handler checks
+            # the allow-list), so no one can take over a node's name or read its launches.
+            sock.curve_server = True
+            sock.curve_secretkey = curve.secret
+            sock.curve_publickey = curve.public
+            sock.zap_domain = NODE_DOMAIN
+            sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+        else:
+            log.warning("[auth] curve = false: node traffic is plain text and any peer that "
+                        "reaches %s may act as a node", endpoint)
+        sock.bind(endpoint)
+        return sock
 
     def _bind_client(self, endpoint: str) -> zmq.Socket:
         sock = self.ctx.socket(zmq.ROUTER)
@@ -79,7 +104,10 @@ class HeadServer:
         service.notify("READY=1")
         while True:
             due = self.head.dirty and time.time() >= self.schedule_after
-            timeout_ms = 0 if due else int(defaults.LOOP_TICK_S * 1000)
+            tick = defaults.LOOP_TICK_S
+            if self.head.wake_at is not None:  # a --begin time: wake for it, not a tick late
+                tick = min(tick, max(0.0, self.head.wake_at - time.time()))
+            timeout_ms = 0 if due else int(tick * 1000)
             events = dict(self.poller.poll(timeout_ms))
             if self.signals.wake_r.fileno() in events or self.signals.wake_r in events:
                 self.signals.drain()
@@ -103,26 +131,37 @@ class HeadServer:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            try:
-                user_id = frames[-1].get("User-Id") or ""
-            except (zmq.ZMQError, KeyError):
-                user_id = ""
             out.append(ClientRequest(sock, [f.bytes for f in frames[:-1]], frames[-1].bytes,
-                                     user_id))
+                                     _user_id(frames[-1])))
         return out
 
     def _recv_nodes(self) -> list[tuple[str, bytes]]:
         out = []
         for _ in range(defaults.MAX_BATCH):
             try:
-                frames = self.nodes.recv_multipart(zmq.NOBLOCK)
+                frames = self.nodes.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
             if len(frames) != 2:
                 log.warning("dropping node message of %d frames", len(frames))
                 continue
-            out.append((frames[0].decode(errors="replace"), frames[1]))
+            route = frames[0].bytes
+            name = route.split(b"/")[0].decode(errors="replace")
+            if self.cfg.auth.curve and _user_id(frames[1]) != name:
+                # Its key is bound to another name: a node posing as another is not heard.
+                self._refused_node(name, _user_id(frames[1]))
+                continue
+            # Replies go to the connection the name was last proven on; a node's routing id
+            # (NAME/random) cannot be guessed, so no other peer can take its messages over.
+            self.node_routes[name] = route
+            out.append((name, frames[1].bytes))
         return out
+
+    def _refused_node(self, name: str, owner: str) -> None:
+        if name not in self.impostors:
+            self.impostors.add(name)
+            log.warning("dropping messages from a node calling itself %r: its key belongs to "
+                        "node %r", name, owner)
 
     def _iteration(self, requests: list[ClientRequest], node_msgs: list[tuple[str, bytes]],
                    now: float) -> None:
@@ -161,8 +200,9 @@ class HeadServer:
         rid = _rid_of(req.payload)
         try:
             msg = protocol.decode(req.payload, protocol.CLIENT_REQUESTS)
-            if not isinstance(msg.get("rid"), int):
-                raise ProtocolError("request has no integer rid")
+            rid_field = msg.get("rid")
+            if not isinstance(rid_field, int) or isinstance(rid_field, bool) or rid_field < 0:
+                raise ProtocolError("request has no integer rid (0 or more)")
             caller = caller_of(req.user_id, msg.get("claim_uid"), msg.get("claim_user"),
                                self.cfg.auth.admins)
             data = self._isolated(msg, caller, (req.sock, req.envelope), now)
@@ -205,7 +245,8 @@ class HeadServer:
 
     def _send_node(self, name: str, data: bytes) -> None:
         try:
-            self.nodes.send_multipart([name.encode(), data], zmq.NOBLOCK)
+            self.nodes.send_multipart([self.node_routes.get(name, name.encode()), data],
+                                      zmq.NOBLOCK)
         except zmq.ZMQError as exc:
             # Not connected now: launches are resent until confirmed; the rest is re-derived
             # when the node registers again.
@@ -218,8 +259,11 @@ class HeadServer:
         except GqError as exc:
             log.error("SIGHUP: keeping the old configuration: %s", exc)
             return
-        # Addresses and the state directory need a restart; everything else applies now.
+        # Addresses, the state directory and the sockets' security need a restart; everything
+        # else applies now.
         cfg.head, cfg.node, cfg.client = self.cfg.head, self.cfg.node, self.cfg.client
+        old = self.cfg.auth
+        cfg.auth.curve, cfg.auth.key_dir, cfg.auth.owner = old.curve, old.key_dir, old.owner
         self.cfg = cfg
         self.head.configure(cfg)
         log.info("SIGHUP: configuration reloaded from %s", self.cfg.path or "defaults")
@@ -229,6 +273,25 @@ class HeadServer:
         for sock in (*self.clients, self.nodes):
             sock.close()
         self.ctx.term()
+
+
+def _user_id(frame: zmq.Frame) -> str:
+    """What the ZAP handler vouched for on the frame's connection ("" for nothing)."""
+    try:
+        return frame.get("User-Id") or ""
+    except (zmq.ZMQError, KeyError):
+        return ""
+
+
+def _owner_uid(owner: str) -> int | None:
+    if not owner:
+        return None
+    try:
+        return pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        if owner.isdigit():
+            return int(owner)
+        raise ConfigError(f"[auth] owner: no such user {owner!r}") from None
 
 
 def _rid_of(payload: bytes) -> int:

@@ -24,7 +24,7 @@ import psutil
 import zmq
 
 from gq import config as config_mod
-from gq import defaults, protocol, service
+from gq import defaults, keys, protocol, service
 from gq.errors import GqError
 from gq.fsutil import write_atomic
 from gq.model import JobState, parse_size
@@ -52,7 +52,8 @@ class Run:
 
 class NodeDaemon:
     def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
-                 cpus: int, mem: int, addr: str, heartbeat_s: float):
+                 cpus: int, mem: int, addr: str, heartbeat_s: float,
+                 curve: keys.CurveKeys | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
@@ -65,8 +66,15 @@ class NodeDaemon:
         self.runs: dict[tuple[int, int], Run] = {}
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.IDENTITY, name.encode())
+        # NAME/random: gqd routes by it, and a random part no other peer can guess means no
+        # one can take over this node's connection (gqd checks NAME against our key).
+        self.sock.setsockopt(zmq.IDENTITY, f"{name}/{os.urandom(8).hex()}".encode())
         self.sock.linger = 0
+        self.sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
+        if curve is not None:
+            self.sock.curve_secretkey = curve.secret
+            self.sock.curve_publickey = curve.public
+            self.sock.curve_serverkey = curve.server
         self.sock.connect(head)
         self.signals = service.Signals()
         self.signals.watch_children()
@@ -221,7 +229,10 @@ class NodeDaemon:
             "note": "shepherd died without writing a status"}
         self.outbox.put({"node": self.name, "job_id": run.job_id, "restart": run.restart,
                          "event": protocol.FINISHED, "state": status["state"],
-                         "exit_code": status["exit_code"], "time": status["end_time"]})
+                         "exit_code": status["exit_code"], "time": status["end_time"],
+                         "note": str(status.get("note") or "")[:protocol.MAX_NOTE]})
+        if status.get("note"):
+            log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
         write_atomic(run.dir / "reported", b"")
         self.runs.pop((run.job_id, run.restart), None)
         log.info("job %d run %d ended %s (exit %s)", run.job_id, run.restart, status["state"],
@@ -296,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             addr=args.addr or socket.gethostname(),
             cpus=cfg.node.cpus or os.cpu_count() or 1,
             mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
-            heartbeat_s=cfg.node.heartbeat_s)
+            heartbeat_s=cfg.node.heartbeat_s,
+            curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqnode cannot start: %s", exc)
         return 1

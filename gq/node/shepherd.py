@@ -56,6 +56,7 @@ def spawn(run_dir: Path) -> int:
 def _detach(run_dir: Path) -> None:
     """Leave gqnode behind: own session, no inherited sockets or locks, default signals."""
     os.setsid()
+    os.umask(0o022)  # the job's files: the owner's to write, not gqnode's umask's
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)
@@ -77,6 +78,7 @@ def run(run_dir: Path) -> int:
     try:
         proc = _start(run_dir, launch)
     except OSError as exc:
+        # The note reaches `gq show` as the job's reason; the error file may be what failed.
         _note(launch, f"gq: job could not start: {exc}")
         _write_status(run_dir, JobState.FAILED, 127 if isinstance(exc, FileNotFoundError) else 126,
                       started, note=str(exc))
@@ -162,9 +164,9 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
     env = dict(spec.get("env") or {})
     try:
         pw = pwd.getpwuid(spec["uid"])
-        env.setdefault("HOME", pw.pw_dir)
-        env.setdefault("SHELL", pw.pw_shell or "/bin/sh")
-        env["USER"] = env["LOGNAME"] = pw.pw_name
+        # Who the job runs as, from the passwd entry, whatever the submitter's shell had.
+        env.update(HOME=pw.pw_dir, SHELL=pw.pw_shell or "/bin/sh", USER=pw.pw_name,
+                   LOGNAME=pw.pw_name)
     except KeyError:
         pass
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")

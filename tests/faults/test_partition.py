@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from gq import config as config_mod
+from gq import keys
 from tests.conftest import LiveCluster, prepare, running, wait_for
 
 #: Short enough for a fast test, long enough that a loaded CI machine never misses it by accident.
@@ -88,6 +89,7 @@ def split_cluster(net: Net, tmp_path: Path) -> Iterator[LiveCluster]:
         cfg.head.node_timeout_s, cfg.node.heartbeat_s = NODE_TIMEOUT_S, HEARTBEAT_S
 
     live.configure(reachable_from_the_namespace)
+    keys.ensure(live.layout.keys, [CUT])  # `gq up` makes keys only for the nodes it starts
     with running(live, nodes=1, fake_gpus="8"), live.layout.log(CUT).open("ab") as log:
         cut_node = subprocess.Popen(
             ["ip", "netns", "exec", net.ns, sys.executable, "-m", "gq.node.daemon", "--config",

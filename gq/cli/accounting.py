@@ -1,0 +1,113 @@
+"""`gq history` (like sacct) and `gq report` (GPU-hours, and the wasted ones), from gqd's store."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Optional
+
+import typer
+
+from gq.cli import render
+from gq.cli.jobs import _client, _states
+from gq.model import iso_time, parse_time
+
+#: How a run that ended this way wasted its GPU time (`gq report`); other outcomes are use.
+WASTE_CAUSES = {"PREEMPTED": "preempted", "FAILED": "failed", "TIMEOUT": "timeout",
+                "NODE_FAIL": "node_fail"}
+HISTORY_COLUMNS = ("JobID", "JobName", "User", "Account", "QOS", "State", "ExitCode", "Submit",
+                   "Start", "End", "Elapsed", "GPUs", "NodeList", "Restarts")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("history")(history)
+    app.command("report")(report)
+
+
+def history(
+    since: Optional[str] = typer.Option(None, "-S", "--since", metavar="TIME",
+                                        help="jobs not ended before TIME (default: today 00:00)"),
+    until: Optional[str] = typer.Option(None, "-E", "--until", metavar="TIME",
+                                        help="jobs submitted by TIME (default: now)"),
+    user: Optional[str] = typer.Option(None, "-u", "--user", help="this user's jobs (default: mine)"),
+    all_users: bool = typer.Option(False, "-a", "--allusers", help="every user's jobs"),
+    state: Optional[str] = typer.Option(None, "-s", "--state", help="only these states (comma list)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
+    parsable: bool = typer.Option(False, "-p", "--parsable", help="'|' between fields, a header line first"),
+) -> int:
+    """Jobs from the head's store, ended or not (like sacct)."""
+    now = time.time()
+    start = parse_time(since, now) if since else parse_time("today", now)
+    end = parse_time(until, now) if until else now
+    with _client() as client:
+        who = None if all_users else (user or client._user)
+        jobs = client.history(start, end, user=who, states=_states(state))
+    if as_json:
+        render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "since": iso_time(start),
+                          "until": iso_time(end), "jobs": jobs})
+        return 0
+    rows = [_history_row(j) for j in jobs]
+    if parsable:
+        for row in [list(HISTORY_COLUMNS), *rows]:
+            print("|".join("" if c is None else str(c) for c in row))
+    else:
+        render.table(HISTORY_COLUMNS, rows)
+    return 0
+
+
+def _history_row(j: dict[str, Any]) -> list[Any]:
+    return [j.get("job_id") or j["id"], j["name"], j["user"], j.get("account") or "", j["qos"],
+            j["state"], "" if j["exit_code"] is None else j["exit_code"], j["submit_time"],
+            j["start_time"] or "", j["end_time"] or "", render.elapsed(j),
+            j["gpus_per_node"] * j["nodes"], ",".join(j["node_list"]), j.get("restart_count", 0)]
+
+
+def report(
+    since: Optional[str] = typer.Option(None, "-S", "--since", metavar="TIME",
+                                        help="start of the period (default: now-7d)"),
+    until: Optional[str] = typer.Option(None, "-E", "--until", metavar="TIME",
+                                        help="end of the period (default: now)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
+) -> int:
+    """GPU-hours by user, account and QOS over a period, with the wasted GPU-hours apart."""
+    now = time.time()
+    start = parse_time(since or "now-7d", now)
+    end = parse_time(until, now) if until else now
+    with _client() as client:
+        rows = client.accounting(start, end)
+    data = {"schema_version": render.JSON_SCHEMA_VERSION, "since": iso_time(start),
+            "until": iso_time(end), **summarize(rows)}
+    if as_json:
+        render.emit_json(data)
+        return 0
+    print(f"GPU-hours from {data['since']} to {data['until']}: {data['gpu_hours']:.2f}, "
+          f"of which wasted {data['wasted_gpu_hours']:.2f} ("
+          + ", ".join(f"{k} {v:.2f}" for k, v in data["wasted_by_cause"].items()) + ")")
+    for key in ("user", "account", "qos"):
+        print()
+        render.table([key.upper(), "GPU_HOURS", "WASTED_GPU_HOURS"],
+                     [[r[key] or "-", f"{r['gpu_hours']:.2f}", f"{r['wasted_gpu_hours']:.2f}"]
+                      for r in data[f"by_{key}"]])
+    return 0
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals and per user / account / QOS GPU-hours from the head's accounting rows."""
+    hours: dict[str, dict[str, list[float]]] = {k: defaultdict(lambda: [0.0, 0.0])
+                                                for k in ("user", "account", "qos")}
+    causes = dict.fromkeys(WASTE_CAUSES.values(), 0.0)
+    total = wasted = 0.0
+    for row in rows:
+        h = row["gpu_seconds"] / 3600
+        cause = WASTE_CAUSES.get(row["state"])
+        total += h
+        if cause:
+            wasted += h
+            causes[cause] += h
+        for key, table in hours.items():
+            table[row[key]][0] += h
+            table[row[key]][1] += h if cause else 0.0
+    return {"gpu_hours": total, "wasted_gpu_hours": wasted, "wasted_by_cause": causes,
+            **{f"by_{key}": [{key: name, "gpu_hours": used, "wasted_gpu_hours": lost}
+                             for name, (used, lost) in sorted(table.items())]
+               for key, table in hours.items()}}

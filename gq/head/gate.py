@@ -1,0 +1,90 @@
+"""Which pending jobs the scheduler may see this pass: holds, `--begin`, dependencies, array limits.
+
+A job held back here is left out of the snapshot with Slurm's reason for it; the rest go to the
+pure scheduler, which gives them theirs (`Priority`, `Resources`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from gq.arrays import parse_array
+from gq.deps import ParentState, Verdict, evaluate, parse_dependency
+from gq.model import Job, JobState
+
+HELD = {"user": "JobHeldUser", "admin": "JobHeldAdmin"}
+BEGIN_TIME = "BeginTime"
+DEPENDENCY = "Dependency"
+NEVER = "DependencyNeverSatisfied"
+ARRAY_LIMIT = "JobArrayTaskLimit"
+
+# Every task of an array carries the same strings: parse each once, not once per task per pass.
+_dependency = functools.lru_cache(maxsize=4096)(parse_dependency)
+
+
+@functools.lru_cache(maxsize=1024)
+def _throttle(array: str) -> int | None:
+    return parse_array(array).throttle
+
+
+@dataclass
+class Screen:
+    eligible: list[Job] = field(default_factory=list)
+    #: Jobs left out, with their reason.
+    waiting: list[tuple[Job, str]] = field(default_factory=list)
+    #: Jobs whose dependency can never be met and that asked to be cancelled then.
+    invalid: list[Job] = field(default_factory=list)
+    #: The earliest `--begin` still ahead: the head must look again then.
+    wake_at: float | None = None
+
+
+def screen(jobs: Iterable[Job], now: float, parent: Callable[[int], ParentState]) -> Screen:
+    """Sort the pending jobs among `jobs` (the head's live jobs) into eligible and waiting."""
+    jobs = list(jobs)
+    running: Counter[int] = Counter()
+    first_live: dict[tuple[str, str], int] = {}
+    for job in jobs:
+        if job.state == JobState.RUNNING and job.array_job_id is not None:
+            running[job.array_job_id] += 1
+        if not job.state.terminal:
+            key = (job.spec.user, job.spec.name)
+            first_live[key] = min(first_live.get(key, job.id), job.id)
+    out = Screen()
+    for job in jobs:
+        if job.state != JobState.PENDING:
+            continue
+        reason = _held_back(job, now, parent, first_live)
+        if reason is None and job.array_job_id is not None and job.spec.array:
+            limit = _throttle(job.spec.array)
+            if limit is not None:
+                # Admit only as many tasks as may still start; they go in submit order.
+                if running[job.array_job_id] >= limit:
+                    reason = ARRAY_LIMIT
+                else:
+                    running[job.array_job_id] += 1
+        if reason is None:
+            out.eligible.append(job)
+            continue
+        out.waiting.append((job, reason))
+        if reason == BEGIN_TIME:
+            out.wake_at = min(out.wake_at or job.spec.begin_time, job.spec.begin_time)
+        elif reason == NEVER and job.spec.kill_on_invalid_dep:
+            out.invalid.append(job)
+    return out
+
+
+def _held_back(job: Job, now: float, parent: Callable[[int], ParentState],
+               first_live: dict[tuple[str, str], int]) -> str | None:
+    if job.hold:
+        return HELD.get(job.hold, HELD["user"])
+    if job.spec.begin_time is not None and job.spec.begin_time > now:
+        return BEGIN_TIME
+    if job.spec.dependency:
+        clear = first_live.get((job.spec.user, job.spec.name)) == job.id
+        verdict = evaluate(_dependency(job.spec.dependency), parent, clear)
+        if verdict != Verdict.MET:
+            return NEVER if verdict == Verdict.NEVER else DEPENDENCY
+    return None
