@@ -190,7 +190,8 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
     victims: Victims | None = None  # built on first need: most passes have no preemptor
     tried = 0
     hopeless: set[tuple[object, ...]] = set()  # (shape, QOS) that found no victims this pass
-    for job in run.blocked:
+    preemptors = policy.preemptors
+    for job in [j for j in run.blocked if j.qos in preemptors]:
         victim_qos = policy.preempts.get(job.qos, ())
         pool = policy.pools.get(job.qos, frozenset())
         if not (victim_qos or pool) or result.reasons.get(job.id) == NEVER_FITS:

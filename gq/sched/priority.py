@@ -71,13 +71,10 @@ def _fast_priorities(jobs: tuple[PendingJob, ...], now: float, policy: Policy) -
     qos_points = {q: p * policy.weight_qos for q, p in policy.qos_priority.items()}
     max_age, w_age, w_ratio = policy.max_age_s, policy.weight_age, policy.weight_ratio
     fair, log2 = policy.weight_fairshare, math.log2
-    prios = []
-    for job in jobs:
-        wait = now - job.submit_time
-        if wait < 0:
-            wait = 0.0
-        age = (wait / max_age if wait < max_age else 1.0) if max_age else 0.0
-        limit = job.time_limit_s or UNLIMITED_AS_S
-        prios.append(qos_points.get(job.qos, 0) + int(age * w_age) + fair
-                     + int(log2((wait + limit) / limit) * w_ratio) + job.nice)
-    return prios
+    # Per job: the age factor grows linearly to 1 at max_age, the ratio is log2 of
+    # (wait + limit) / limit. Written out (not a call per job): it runs for every queued job.
+    return [qos_points.get(j.qos, 0) + fair + j.nice
+            + (int((w / max_age if w < max_age else 1.0) * w_age) if max_age else 0)
+            + int(log2((w + (j.time_limit_s or UNLIMITED_AS_S)) / (j.time_limit_s or UNLIMITED_AS_S))
+                  * w_ratio)
+            for j in jobs for w in (max(now - j.submit_time, 0.0),)]
