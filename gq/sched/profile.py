@@ -27,6 +27,8 @@ class NodeProfile:
     mem_started: int = 0
     #: GPU index -> (start, end, VRAM) bookings of sharing jobs, each also in `busy`.
     shared: dict[int, list[tuple[float, float, int]]] = field(default_factory=dict)
+    #: GPU filter -> the first time each matching GPU is free, ascending (until the next take).
+    firsts: dict[tuple[object, ...], list[float]] = field(default_factory=dict)
 
     def free_over(self, gpu: int, start: float, end: float) -> bool:
         for b_start, b_end in self.busy.get(gpu, ()):
@@ -61,6 +63,7 @@ class NodeProfile:
             insort(self.shared.setdefault(gpu, []), (start, end, mem))
 
     def take(self, gpus: tuple[int, ...], start: float, end: float) -> None:
+        self.firsts.clear()
         busy, interval = self.busy, (start, end)
         for gpu in gpus:
             intervals = busy.get(gpu)
@@ -78,6 +81,7 @@ class Profile:
         self.owner, self.closed = owner or {}, closed or set()
         self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
         self._match_cache: dict[tuple[object, ...], list[int]] = {}
+        self._open_cache: dict[tuple[object, ...], list[tuple[int, NodeProfile, list[int]]]] = {}
         for job in running:
             # An overdue job still holds its GPUs; a job being stopped frees them any moment.
             end = now + 1.0 if job.ending else max(job.end_estimate, now + 1.0)
@@ -125,15 +129,7 @@ class Profile:
         length = job.time_limit_s or math.inf
         # No node can start the job before its `gpus`-th GPU first comes free: visit nodes by
         # that bound and stop once it cannot beat the best start found.
-        bounds = []
-        for rank, node in enumerate(self.nodes.values()):
-            matching = self._matching(node, job)
-            if node.view.schedulable and len(matching) >= job.gpus \
-                    and self.pool_rank(node.view.name, job) is not None:
-                firsts = sorted(_first_free(node.busy.get(g, ()), self.now) for g in matching)
-                bound = firsts[job.gpus - 1] if job.gpus else self.now
-                if bound < math.inf:
-                    bounds.append((bound, rank, node, matching))
+        bounds = self._bounds(job)
         bounds.sort(key=_bound_key)
         best: tuple[float, int, NodeProfile, list[int]] | None = None
         for bound, rank, node, matching in bounds:
@@ -154,11 +150,47 @@ class Profile:
         return t, {node.view.name: tuple(self._prefer_unreserved(node, free, job.gpus, t))}
 
     def _earliest_gang(self, job: PendingJob) -> tuple[float, Alloc] | None:
+        bounds = sorted(bound for bound, *_ in self._bounds(job))
+        if len(bounds) < job.nodes:
+            return None
+        # Not before `nodes` nodes could each hold a rank.
         for start in self.end_times():
+            if start < bounds[job.nodes - 1]:
+                continue
             alloc = self.place(job, start)
             if alloc is not None:
                 return start, alloc
         return None
+
+    def _bounds(self, job: PendingJob) -> list[tuple[float, int, NodeProfile, list[int]]]:
+        """Per node that could take a rank of `job`, the earliest time it could: when its
+        `gpus`-th matching GPU first comes free (a lower bound: it may be booked again later);
+        with the node's rank in order and its matching GPUs."""
+        bounds = []
+        key = (job.gpu_type, job.gpu_mem)
+        for rank, node, matching in self._open_nodes(job):
+            if len(matching) < job.gpus:
+                continue
+            firsts = node.firsts.get(key)
+            if firsts is None:
+                firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, ()), self.now)
+                                                   for g in matching)
+            bound = firsts[job.gpus - 1] if job.gpus else self.now
+            if bound < math.inf:
+                bounds.append((bound, rank, node, matching))
+        return bounds
+
+    def _open_nodes(self, job: PendingJob) -> list[tuple[int, NodeProfile, list[int]]]:
+        """Schedulable nodes the job's QOS may use, in order, with their GPUs matching the
+        job's filters (fixed for the pass, so kept per filter and QOS)."""
+        key = (job.gpu_type, job.gpu_mem, job.qos)
+        found = self._open_cache.get(key)
+        if found is None:
+            found = self._open_cache[key] = [
+                (rank, node, self._matching(node, job))
+                for rank, node in enumerate(self.nodes.values())
+                if node.view.schedulable and self.pool_rank(node.view.name, job) is not None]
+        return found
 
     def _matching(self, node: NodeProfile, job: PendingJob) -> list[int]:
         key = (node.view.name, job.gpu_type, job.gpu_mem)
