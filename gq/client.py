@@ -1,8 +1,15 @@
 """The Python API to gqd that the CLI uses; also usable from notebooks and scripts.
 
-    from gq.client import Client
-    with Client() as c:
-        job_id = c.submit([JobSpec(script="#!/bin/sh\\necho hi\\n")])[0]
+    from gq.client import Client, wrap
+    with Client() as c:                          # the cluster `gq` would talk to
+        (job_id,) = c.submit([wrap("python train.py", gpus=2, time_limit_s=3600)])
+        c.show(job_id)["state"]                  # 'PENDING', 'RUNNING', ...
+        (done,) = c.wait([job_id])               # blocks; the final record
+        done["exit_code"]
+
+Jobs come back as the dicts `gq show --json` prints (docs/API.md, man gq(1) JSON OUTPUT).
+Errors are `gq.errors.GqError` kin: `UnreachableError` (no head), `NotFoundError`,
+`PermissionDenied`, `UsageError`, `RefusedError`.
 """
 
 from __future__ import annotations
@@ -26,7 +33,21 @@ CONNECT_TIMEOUT_S = 3.0
 START_HINT = "start a personal cluster with `gq up`, or point GQ_CONFIG at your cluster's config"
 
 
+def wrap(command: str, **options: Any) -> JobSpec:
+    """A job running the shell `command` as `gq submit --wrap` would: in the current directory
+    with this process's environment; `options` are JobSpec fields (gpus, nodes, time_limit_s,
+    qos, name, output, array, dependency, ...)."""
+    options.setdefault("name", "wrap")
+    options.setdefault("cwd", os.getcwd())
+    options.setdefault("env", dict(os.environ))
+    return JobSpec(script=f"#!/bin/sh\n{command}\n", **options)
+
+
 class Client:
+    """One connection to gqd. `cfg` defaults to the config `gq` finds (GQ_CONFIG, the running
+    personal cluster, /etc/gq/gq.toml); `timeout_s` bounds each reply (GQ_TIMEOUT, else
+    [client] timeout_s). Use it as a context manager, or call close()."""
+
     def __init__(self, cfg: config_mod.Config | None = None, timeout_s: float | None = None):
         self.cfg = cfg or config_mod.load()
         self.timeout_s = timeout_s if timeout_s is not None else float(
@@ -103,9 +124,12 @@ class Client:
                                f"{self.timeout_s:g}s: {START_HINT}")
 
     def ping(self) -> dict[str, Any]:
+        """The head's protocol version and who it takes the caller for (user, uid, proven)."""
         return self.request(protocol.PING)
 
     def submit(self, specs: list[JobSpec]) -> list[int]:
+        """Queue jobs (all or none, one commit); their ids, an array's being its first task's.
+        The head sets each job's user, uid and gid from the caller (see `wrap`)."""
         return list(self.request(protocol.SUBMIT, jobs=[s.to_dict() for s in specs])["ids"])
 
     def cancel(self, ids: list[int | str]) -> dict[str, Any]:
@@ -135,12 +159,17 @@ class Client:
 
     def queue(self, user: str | None = None, states: list[str] | None = None,
               all: bool = False) -> list[dict[str, Any]]:  # noqa: A002 - mirrors --all
+        """Pending and running jobs (`gq queue --json`'s `jobs`), of `user` only if given, in
+        `states` only if given; `all` adds jobs that ended in the last 5 minutes."""
         return list(self.request(protocol.QUEUE, user=user, states=states, all=all)["jobs"])
 
     def show(self, job_id: int | str) -> dict[str, Any]:
+        """Everything about one job, running or long ended (`123` or `"123_7"`); NotFoundError
+        if the head has no such job."""
         return dict(self.request(protocol.SHOW, id=job_id)["job"])
 
     def nodes(self) -> list[dict[str, Any]]:
+        """Nodes and their GPUs with telemetry and the job holding each (`gq nodes --json`)."""
         return list(self.request(protocol.NODES)["nodes"])
 
     def drain(self, nodes: list[str], reason: str) -> list[str]:

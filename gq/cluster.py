@@ -86,6 +86,9 @@ def write_config(layout: Layout) -> config_mod.Config:
     cfg.head.client_endpoints = [f"ipc://{layout.runtime / 'gqd.sock'}",
                                  f"tcp://127.0.0.1:{_free_port()}"]
     cfg.head.node_endpoint = node_ep
+    # Any free port, so that several users' clusters on one host never clash; gqd writes the one
+    # it got to its state directory (`metrics_addr` below).
+    cfg.head.metrics_addr = "127.0.0.1:0"
     cfg.node.head = node_ep
     cfg.node.state_dir = str(layout.root / "nodes" / "{name}")
     cfg.auth.admins = [_me()]
@@ -98,6 +101,16 @@ def write_config(layout: Layout) -> config_mod.Config:
     layout.config.write_text(config_mod.to_toml(cfg))
     cfg.path = str(layout.config)
     return cfg
+
+
+def metrics_url(cfg: config_mod.Config) -> str | None:
+    """Where the running gqd of `cfg` serves Prometheus metrics (None: it serves none)."""
+    from gq.head.metrics import ADDR_FILE
+    try:
+        addr = (Path(cfg.head.state_dir) / ADDR_FILE).read_text().strip()
+    except OSError:
+        return None
+    return f"http://{addr}/metrics" if addr else None
 
 
 def _me() -> str:

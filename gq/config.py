@@ -44,6 +44,11 @@ class HeadConfig:
     #: Most jobs the queue holds (pending and running, all users): submits past it are refused,
     #: so a 10x spike cannot grow gqd's memory and passes without bound; 0 is no cap.
     max_queued_jobs: int = defaults.MAX_QUEUED_JOBS
+    #: Node-fault requeues of a job submitted without `--retries` (0: it ends NODE_FAIL at once).
+    default_retries: int = defaults.DEFAULT_RETRIES
+    #: Prometheus endpoint, HOST:PORT (port 0: any free one, written to STATE_DIR/metrics.addr);
+    #: "" serves none. Loopback by default: it names users and jobs.
+    metrics_addr: str = "127.0.0.1:6819"
 
 
 @dataclass
@@ -56,6 +61,12 @@ class NodeConfig:
     #: CPUs and memory offered to jobs; 0 means what the host has.
     cpus: int = 0
     mem: str = "0"
+    #: A program run every `health_check_interval_s` (Slurm's HealthCheckProgram); when it exits
+    #: non-zero or runs past `health_check_timeout_s`, the node is drained with its first output
+    #: line as the reason and its jobs are requeued. Empty: none.
+    health_check: str = ""
+    health_check_interval_s: float = defaults.HEALTH_CHECK_INTERVAL_S
+    health_check_timeout_s: float = defaults.HEALTH_CHECK_TIMEOUT_S
 
 
 @dataclass
@@ -199,6 +210,13 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     if defaults.DEFAULT_QOS not in cfg.qos:
         raise ConfigError(f"{source}: the QOS {defaults.DEFAULT_QOS!r} must be defined")
     _check_pools(cfg, source)
+    for key in ("health_check_interval_s", "health_check_timeout_s"):
+        if not 0 < getattr(cfg.node, key) < math.inf:
+            raise ConfigError(f"{source}: [node] {key} must be a number of seconds over 0, not "
+                              f"{getattr(cfg.node, key)!r}")
+    if not 0 <= cfg.head.default_retries <= defaults.MAX_RETRIES:
+        raise ConfigError(f"{source}: [head] default_retries must be 0..{defaults.MAX_RETRIES}, "
+                          f"not {cfg.head.default_retries}")
     # Known only once [head] is read, wherever it stands in the file.
     for name, qos in cfg.qos.items():
         if name not in graced:

@@ -9,6 +9,10 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 HEARTBEAT_INTERVAL_S = 2.0
 #: A node silent this long is marked DOWN, in seconds.
 NODE_TIMEOUT_S = 30.0
+#: How often gqnode runs its `[node] health_check` program, and how long one run may take, in
+#: seconds (Slurm kills its HealthCheckProgram after 60 s too).
+HEALTH_CHECK_INTERVAL_S = 60.0
+HEALTH_CHECK_TIMEOUT_S = 60.0
 #: How often gqnode resends unacknowledged reports from its outbox, in seconds.
 OUTBOX_RESEND_S = 2.0
 #: How long the CLI waits for a reply before it calls the head unreachable, in seconds.
@@ -16,6 +20,10 @@ CLIENT_TIMEOUT_S = 15.0
 #: How long a `wait` request is parked on the head before it is answered "still running", in seconds.
 WAIT_POLL_S = 20.0
 
+#: Node-fault requeues a job gets when it names no `--retries` ([head] default_retries; Slurm's
+#: MaxBatchRequeue is 5 too), and the most it may name.
+DEFAULT_RETRIES = 5
+MAX_RETRIES = 1000
 #: Between SIGTERM and SIGKILL when a job is cancelled or times out, in seconds.
 KILL_GRACE_S = 10.0
 #: How long before its time limit a job's `--signal` is sent when it names no time, in seconds

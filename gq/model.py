@@ -304,6 +304,9 @@ class JobSpec:
     output: str | None = None
     error: str | None = None
     requeue: bool = True
+    #: `--retries`: how many times a node fault (node down, GPU health drain, run lost on its
+    #: node) requeues it before it ends NODE_FAIL; None until the head applies `[head] default_retries`.
+    retries: int | None = None
     #: `--signal` in its canonical form (`B:USR1@60`, see JobSignal), or None.
     signal: str | None = None
     #: Held at submit (`--hold`): it waits until `gq release`.
@@ -354,6 +357,8 @@ class Job:
     hold: str = ""
     #: True while its allocation is still held on the node(s) (until the node reports it ended).
     holds_alloc: bool = False
+    #: How many of its requeues were for a node fault (counted against `spec.retries`).
+    node_fail_count: int = 0
 
     @property
     def node_list(self) -> list[str]:
@@ -375,7 +380,8 @@ class Job:
             "array_task_limit": int(s.array.partition("%")[2] or 0) or None if s.array else None,
             "account": s.account, "hold": self.hold or None,
             "begin_time": iso_time(s.begin_time), "dependency": s.dependency,
-            "restart_count": self.restart_count, "work_dir": s.cwd,
+            "restart_count": self.restart_count, "retries": s.retries,
+            "node_fail_count": self.node_fail_count, "work_dir": s.cwd,
             "stdout": self.output_path("output"), "stderr": self.output_path("error"),
             "signal": s.signal, "share": s.share,
         }

@@ -76,7 +76,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "restart": (0, 1_000_000), "rank": (0, 65_535), "uid": (-1, 2**32 - 1),
     "gid": (-1, 2**32 - 1), "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31),
     "mem": (0, _I64), "gpu_mem": (0, _I64), "time_limit_s": (0, 10 * 365 * 86400),
-    "exit_code": (-255, 65_535),
+    "exit_code": (-255, 65_535), "retries": (0, 1_000_000),
 }
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
 _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
@@ -88,7 +88,7 @@ SPEC_SCHEMA: Schema = {
     "gpu_type": (_OPT_STR, False), "gpu_mem": (_OPT_INT, False), "cpus": (_INT, False),
     "mem": (_INT, False), "time_limit_s": (_OPT_INT, False), "qos": (_OPT_STR, False),
     "output": (_OPT_STR, False), "error": (_OPT_STR, False), "requeue": (_BOOL, False),
-    "signal": (_OPT_STR, False), "hold": (_BOOL, False), "begin_time": (_OPT_NUM, False),
+    "retries": (_OPT_INT, False), "signal": (_OPT_STR, False), "hold": (_BOOL, False), "begin_time": (_OPT_NUM, False),
     "dependency": (_OPT_STR, False), "kill_on_invalid_dep": (_BOOL, False),
     "array": (_OPT_STR, False), "account": (_OPT_STR, False), "share": (_BOOL, False),
 }

@@ -54,6 +54,10 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (job_id, restart))""",
         "CREATE INDEX runs_end ON runs(end_time)",
     ],
+    [
+        # How many of a job's requeues were for a node fault (bounded by its --retries).
+        "ALTER TABLE jobs ADD COLUMN node_fail_count INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: How many arrays' shared spec blobs the store keeps in memory.
@@ -61,7 +65,7 @@ SPEC_CACHE = 64
 
 _JOB_COLUMNS = ("id, name, user, uid, qos, state, reason, nodes, gpus, gpu_type, time_limit_s, "
                 "submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count, "
-                "array_job_id, array_index, spec, hold")
+                "array_job_id, array_index, spec, hold, node_fail_count")
 #: Columns `update_job` may write, mapped to how a Job attribute becomes a column value.
 _UPDATABLE = {
     "state": lambda j: j.state.value, "reason": lambda j: j.reason,
@@ -69,7 +73,7 @@ _UPDATABLE = {
     "exit_code": lambda j: j.exit_code, "alloc": lambda j: json.dumps(j.alloc),
     "holds_alloc": lambda j: int(j.holds_alloc), "restart_count": lambda j: j.restart_count,
     "time_limit_s": lambda j: j.spec.time_limit_s, "qos": lambda j: j.spec.qos,
-    "hold": lambda j: j.hold,
+    "hold": lambda j: j.hold, "node_fail_count": lambda j: j.node_fail_count,
 }
 
 
@@ -158,7 +162,7 @@ class Store:
     def insert_job(self, job: Job) -> int:
         """Insert `job` (its id is ignored) inside the caller's transaction; returns the new id."""
         blob = msgpack.packb(job.spec.to_dict(), use_bin_type=True)
-        cur = self.conn.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 21})",
+        cur = self.conn.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
                                 _job_row(job, blob, None))
         return int(cur.lastrowid)
 
@@ -167,7 +171,7 @@ class Store:
         the first gets a new id and the array's id; the others the ids after it."""
         blob = msgpack.packb(jobs[0].spec.to_dict(), use_bin_type=True)
         first = jobs[0].id = self.conn.execute(
-            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 21})",
+            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
             _job_row(jobs[0], blob, None)).lastrowid
         for offset, job in enumerate(jobs):
             job.id, job.array_job_id = first + offset, first
@@ -175,7 +179,7 @@ class Store:
         # The other tasks' spec is empty: they share the first's (a 10,000-task array would
         # otherwise store its script and environment 10,000 times).
         self.conn.execute("UPDATE jobs SET array_job_id = ? WHERE id = ?", (first, first))
-        self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 21})",
+        self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
                               (_job_row(j, b"", j.id) for j in jobs[1:]))
 
     def update_jobs(self, jobs: Iterable[Job], *columns: str) -> None:
@@ -321,13 +325,13 @@ def _job_row(job: Job, blob: bytes, job_id: int | None) -> tuple[Any, ...]:
             s.gpu_type, s.time_limit_s, job.submit_time, job.start_time, job.end_time,
             job.exit_code, json.dumps(job.alloc) if job.alloc else "{}", int(job.holds_alloc),
             job.restart_count,
-            job.array_job_id, job.array_index, blob, job.hold)
+            job.array_job_id, job.array_index, blob, job.hold, job.node_fail_count)
 
 
 def _job(row: Iterable[Any], spec: bytes) -> Job:
     (job_id, _name, _user, _uid, qos, state, reason, _nodes, _gpus, _gpu_type, time_limit_s,
      submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count,
-     array_job_id, array_index, _spec, hold) = row
+     array_job_id, array_index, _spec, hold, node_fail_count) = row
     # qos and time limit may be updated after submit: the columns, not the blob, are current.
     spec_obj = JobSpec.from_dict(msgpack.unpackb(spec, raw=False))
     spec_obj.qos, spec_obj.time_limit_s = qos, time_limit_s
@@ -336,4 +340,4 @@ def _job(row: Iterable[Any], spec: bytes) -> Job:
                start_time=start_time, end_time=end_time, exit_code=exit_code,
                alloc=json.loads(alloc), holds_alloc=bool(holds_alloc),
                restart_count=restart_count, array_job_id=array_job_id, array_index=array_index,
-               hold=hold)
+               hold=hold, node_fail_count=node_fail_count)

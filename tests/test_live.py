@@ -73,7 +73,8 @@ def test_cancel_ends_running_job_and_its_children(cluster: LiveCluster) -> None:
     pid_file = cluster.work / "child.pid"
     wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "the grandchild's pid")
     child = psutil.Process(int(pid_file.read_text()))
-    assert child.name() == "sleep"
+    # The forked shell becomes `sleep` only once it has exec'd.
+    wait_for(lambda: child.name() == "sleep", "the grandchild to be sleep")
     result = cluster.gq("cancel", str(job_id))
     assert result.returncode == 0, result.stderr
     assert cluster.show(job_id)["state"] == "CANCELLED"

@@ -162,6 +162,6 @@ def test_built_in_qos_are_in_gq_conf_5() -> None:
 def test_man_pages_pass_mandoc_lint() -> None:
     pages = sorted(str(p) for p in MAN.iterdir() if p.is_file())
     assert {Path(p).name for p in pages} >= {"gq.1", "gq.conf.5", "gqd.8", "gqnode.8"}
-    result = subprocess.run(["mandoc", "-Tlint", "-W", "error", *pages], capture_output=True,
+    result = subprocess.run(["mandoc", "-Tlint", "-W", "warning", *pages], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

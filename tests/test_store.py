@@ -308,3 +308,18 @@ def test_save_and_load_nodes_round_trip(db: Path):
         assert len(again) == 2 and again[0].state is NodeState.DOWN and again[0].reason == "silent"
     finally:
         s2.close()
+
+
+def test_retries_and_node_fault_count_survive_a_restart(db: Path) -> None:
+    store = Store(db)
+    job = _insert(store, _job(spec={"retries": 3, "requeue": True}, node_fail_count=1))
+    job.node_fail_count = 2
+    with store.tx():
+        store.update_job(job, "node_fail_count")
+    store.close()
+    store = Store(db)
+    try:
+        (again,) = store.live_jobs()
+        assert (again.spec.retries, again.node_fail_count) == (3, 2)
+    finally:
+        store.close()

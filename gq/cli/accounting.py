@@ -15,6 +15,7 @@ from gq.model import iso_time, parse_time
 #: How a run that ended this way wasted its GPU time (`gq report`); other outcomes are use.
 WASTE_CAUSES = {"PREEMPTED": "preempted", "FAILED": "failed", "TIMEOUT": "timeout",
                 "NODE_FAIL": "node_fail"}
+REPORT_COLUMNS = ("GROUP", "NAME", "GPU_HOURS", "WASTED_GPU_HOURS")
 HISTORY_COLUMNS = ("JobID", "JobName", "User", "Account", "QOS", "State", "ExitCode", "Submit",
                    "Start", "End", "Elapsed", "GPUs", "NodeList", "Restarts")
 
@@ -46,12 +47,7 @@ def history(
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "since": iso_time(start),
                           "until": iso_time(end), "jobs": jobs})
         return 0
-    rows = [_history_row(j) for j in jobs]
-    if parsable:
-        for row in [list(HISTORY_COLUMNS), *rows]:
-            print("|".join("" if c is None else str(c) for c in row))
-    else:
-        render.table(HISTORY_COLUMNS, rows)
+    render.listing(HISTORY_COLUMNS, [_history_row(j) for j in jobs], parsable)
     return 0
 
 
@@ -68,6 +64,9 @@ def report(
     until: Optional[str] = typer.Option(None, "-E", "--until", metavar="TIME",
                                         help="end of the period (default: now)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
+    parsable: bool = typer.Option(False, "-p", "--parsable",
+                                  help="GROUP|NAME|GPU_HOURS|WASTED_GPU_HOURS lines, a header "
+                                       "first"),
 ) -> int:
     """GPU-hours by user, account and QOS over a period, with the wasted GPU-hours apart."""
     now = time.time()
@@ -80,6 +79,9 @@ def report(
     if as_json:
         render.emit_json(data)
         return 0
+    if parsable:
+        render.parsable(REPORT_COLUMNS, _report_rows(data))
+        return 0
     print(f"GPU-hours from {data['since']} to {data['until']}: {data['gpu_hours']:.2f}, "
           f"of which wasted {data['wasted_gpu_hours']:.2f} ("
           + ", ".join(f"{k} {v:.2f}" for k, v in data["wasted_by_cause"].items()) + ")")
@@ -89,6 +91,17 @@ def report(
                      [[r[key] or "-", f"{r['gpu_hours']:.2f}", f"{r['wasted_gpu_hours']:.2f}"]
                       for r in data[f"by_{key}"]])
     return 0
+
+
+def _report_rows(data: dict[str, Any]) -> list[list[Any]]:
+    """`report --parsable`: the totals, each user, account and QOS, and each waste cause."""
+    rows = [["total", "", f"{data['gpu_hours']:.4f}", f"{data['wasted_gpu_hours']:.4f}"]]
+    for key in ("user", "account", "qos"):
+        rows += [[key, r[key] or "", f"{r['gpu_hours']:.4f}", f"{r['wasted_gpu_hours']:.4f}"]
+                 for r in data[f"by_{key}"]]
+    rows += [["wasted", cause, f"{h:.4f}", f"{h:.4f}"]
+             for cause, h in data["wasted_by_cause"].items()]
+    return rows
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -28,6 +28,8 @@ def up(
     if fake_gpus is not None:
         parse_gpu_spec(fake_gpus)  # a bad spec is a usage error here, not a daemon that dies
     cfg = cluster.up(nodes, fake_gpus, say=render.message)
+    if url := cluster.metrics_url(cfg):
+        render.message(f"Prometheus metrics at {url}")
     render.message(f"personal cluster is up (config {cfg.path}); try `gq submit --wrap 'nvidia-smi -L || env | grep CUDA'`")
     return 0
 
@@ -39,7 +41,9 @@ def down() -> int:
     return 0
 
 
-def nodes(as_json: bool = typer.Option(False, "--json", help="print a JSON document")) -> int:
+def nodes(as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
+          parsable: bool = typer.Option(False, "-p", "--parsable",
+                                        help="'|' between fields, a header line first")) -> int:
     """List nodes and each GPU: type, VRAM, utilization, temperature and the job holding it."""
     from gq.client import Client
     with Client() as client:
@@ -47,5 +51,5 @@ def nodes(as_json: bool = typer.Option(False, "--json", help="print a JSON docum
     if as_json:
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "nodes": data})
     else:
-        render.table(*render.node_rows(data))
+        render.listing(*render.node_rows(data), parsable)
     return 0

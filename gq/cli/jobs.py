@@ -58,6 +58,7 @@ def queue(
     state: Optional[str] = typer.Option(None, "-t", "--state", help="only these states (comma list)"),
     all_jobs: bool = typer.Option(False, "-a", "--all", help="include jobs that ended in the last 5 minutes"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
+    parsable: bool = typer.Option(False, "-p", "--parsable", help="'|' between fields, a header line first"),
 ) -> int:
     """List pending and running jobs (like squeue)."""
     with _client() as client:
@@ -66,17 +67,22 @@ def queue(
     if as_json:
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": jobs})
     else:
-        render.table(*render.queue_rows(jobs))
+        render.listing(*render.queue_rows(jobs), parsable)
     return 0
 
 
 def show(job: str = typer.Argument(..., help="job id"),
-         as_json: bool = typer.Option(False, "--json", help="print a JSON document")) -> int:
+         as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
+         parsable: bool = typer.Option(False, "-p", "--parsable",
+                                       help="one 'Field|Value' line per field, a header first")
+         ) -> int:
     """Show everything about one job (like scontrol show job)."""
     with _client() as client:
         data = client.show(parse_ref(job))
     if as_json:
-        render.emit_json(data)
+        render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, **data})
+    elif parsable:
+        render.parsable(["Field", "Value"], render.job_fields(data))
     else:
         render.show_job(data)
     return 0

@@ -16,6 +16,19 @@ app = typer.Typer(
     help="gq: a batch queue for GPU clusters. `gq up` starts a personal cluster on this host.")
 
 
+@app.callback()
+def _global_options(
+    color: str = typer.Option("auto", "--color", metavar="WHEN",
+                              help="colour: auto (on a terminal, unless NO_COLOR is set), "
+                                   "always or never"),
+) -> None:
+    from gq.cli import render
+    from gq.errors import UsageError
+    if color not in render.COLOR_MODES:
+        raise UsageError(f"bad --color {color!r}: expected auto, always or never")
+    render.color_mode = color
+
+
 _registered = False
 
 
@@ -31,8 +44,9 @@ def _register() -> None:
     accounting.register(app)
     cluster.register(app)
     admin.register(app)
-    from gq.cli import sim
+    from gq.cli import sim, watch
     sim.register(app)
+    watch.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,25 +32,60 @@ def emit_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+#: `gq --color WHEN`: "auto" (colour on a terminal unless $NO_COLOR is set), "always" (rich
+#: tables with colour even into a pipe, despite $NO_COLOR) or "never".
+COLOR_MODES = ("auto", "always", "never")
+color_mode = "auto"
+
+
 def _is_tty() -> bool:
     return sys.stdout.isatty()
 
 
+def terminal() -> bool:
+    """stdout is a terminal a person looks at ($GQ_PLAIN asks for plain text all the same)."""
+    return _is_tty() and not os.environ.get("GQ_PLAIN")
+
+
+def colour() -> bool:
+    if color_mode != "auto":
+        return color_mode == "always"
+    return terminal() and not os.environ.get("NO_COLOR")
+
+
+def console() -> Any:
+    """A rich console for stdout as --color and $NO_COLOR say; off a terminal (--color
+    always) as wide as the data, so nothing is cut."""
+    from rich.console import Console
+    return Console(color_system="auto" if colour() else None, highlight=False,
+                   force_terminal=True if color_mode == "always" else None,
+                   width=None if _is_tty() else 100_000)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    if _is_tty() and not os.environ.get("GQ_PLAIN"):
-        from rich.console import Console
+    if terminal() or color_mode == "always":
         from rich.table import Table
         t = Table(box=None, header_style="bold", pad_edge=False)
         for h in headers:
             t.add_column(h, no_wrap=True)
         for row in cells:
             t.add_row(*row)
-        Console(no_color=bool(os.environ.get("NO_COLOR"))).print(t)
+        console().print(t)
         return
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     for row in [list(headers), *cells]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def parsable(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """`--parsable` (sacct's `-p`): a header line, then a line per row, fields between '|'."""
+    for row in [list(headers), *rows]:
+        print("|".join("" if c is None else str(c) for c in row))
+
+
+def listing(headers: Sequence[str], rows: Sequence[Sequence[Any]], as_parsable: bool) -> None:
+    (parsable if as_parsable else table)(headers, rows)
 
 
 def elapsed(job: dict[str, Any], now: float | None = None) -> str:
@@ -104,12 +139,26 @@ def fold_pending_tasks(jobs: list[dict[str, Any]]) -> list[tuple[dict[str, Any],
 
 def show_job(job: dict[str, Any]) -> None:
     """`scontrol show job` style: Key=Value pairs, a few to a line."""
-    fields = [
+    line: list[str] = []
+    for key, value in job_fields(job):
+        line.append(f"{key}={'(null)' if value is None else value}")
+        if len(line) == 4:
+            print("   " + " ".join(line))
+            line = []
+    if line:
+        print("   " + " ".join(line))
+
+
+def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(Key, value) of `gq show`, in order; None where the job has no value."""
+    return [
         ("JobId", job["id"]), ("ArrayJobId", job.get("array_job_id")),
         ("ArrayTaskId", job.get("array_index")), ("JobName", job["name"]), ("UserId", job["user"]),
         ("QOS", job["qos"]), ("Priority", job["priority"]), ("JobState", job["state"]),
         ("Reason", job["reason"] or "None"), ("ExitCode", job["exit_code"]),
-        ("RestartCnt", job.get("restart_count", 0)), ("RunTime", elapsed(job)),
+        ("RestartCnt", job.get("restart_count", 0)),
+        ("Retries", f"{job.get('node_fail_count', 0)}/{job['retries']}"
+         if job.get("retries") is not None else None), ("RunTime", elapsed(job)),
         ("Hold", job.get("hold")), ("BeginTime", job.get("begin_time")),
         ("Dependency", job.get("dependency")), ("Account", job.get("account")),
         ("TimeLimit", format_duration(job["time_limit_s"])), ("Signal", job.get("signal")),
@@ -128,14 +177,13 @@ def show_job(job: dict[str, Any]) -> None:
         ("PriorityFactors", " ".join(f"{k}:{v}" for k, v in job["priority_factors"].items())
          if job.get("priority_factors") else None),
     ]
-    line: list[str] = []
-    for key, value in fields:
-        line.append(f"{key}={'(null)' if value is None else value}")
-        if len(line) == 4:
-            print("   " + " ".join(line))
-            line = []
-    if line:
-        print("   " + " ".join(line))
+
+
+def _used(gpu: dict[str, Any]) -> str:
+    """A GPU's VRAM in use: "-" when its node reports none, "0" for none in use."""
+    if "mem_used" not in gpu:
+        return "-"
+    return format_size(gpu["mem_used"]) if gpu["mem_used"] else "0"
 
 
 def node_rows(nodes: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
@@ -147,7 +195,7 @@ def node_rows(nodes: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
         for g in n["gpus"]:
             rows.append([n["name"], n["state"], g["index"], g["type"], format_size(g["memory"]),
                          f"{g['util']}%" if "util" in g else "-",
-                         format_size(g.get("mem_used")) if g.get("mem_used") else "-",
+                         _used(g),
                          f"{g['temp']}C" if "temp" in g else "-",
                          g.get("job") or "-", n["reason"]])
     return headers, rows

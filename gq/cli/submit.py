@@ -22,7 +22,7 @@ from gq.model import JobSpec, parse_duration, parse_signal, parse_size, parse_ti
 #: Options whose value directives may supply; the command line wins over both kinds of line.
 _MERGEABLE = ("gpus", "nodes", "gpu_type", "gpu_mem", "cpus", "mem", "time", "qos", "name",
               "output", "error", "chdir", "export", "no_requeue", "job_signal", "array",
-              "dependency", "kill_on_invalid_dep", "hold", "begin", "account", "share")
+              "dependency", "kill_on_invalid_dep", "hold", "begin", "account", "share", "retries")
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +50,10 @@ def submit(
     chdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory"),
     export: str = typer.Option("ALL", "--export", help="ALL, NONE, or VAR[=VAL],... (with ALL, added)"),
     no_requeue: bool = typer.Option(False, "--no-requeue", help="never requeue after a node failure"),
+    retries: Optional[int] = typer.Option(
+        None, "--retries", metavar="N",
+        help="requeue after a node fault at most N times, then end NODE_FAIL "
+             "(default: [head] default_retries)"),
     job_signal: Optional[str] = typer.Option(
         None, "--signal", metavar="[B:]SIG[@SECONDS]",
         help="send SIG SECONDS (default 60) before the time limit, and instead of SIGTERM "
@@ -139,6 +143,11 @@ def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any])
         raise UsageError(f"bad --nodes {v['nodes']}: must be 1 or more")
     if v["cpus"] < 0:
         raise UsageError(f"bad --cpus {v['cpus']}: must be 0 or more")
+    if v["retries"] is not None and v["retries"] < 0:
+        raise UsageError(f"bad --retries {v['retries']}: must be 0 or more")
+    if v["retries"] and v["no_requeue"]:
+        raise UsageError("--retries and --no-requeue contradict each other: --no-requeue means "
+                         "no requeue at all (--retries 0 ends NODE_FAIL at the first node fault)")
     if v["share"] and not (v["gpu_mem"] and v["gpus"]):
         raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it), "
                          "e.g. --share --gpu-mem 20G, and at least one GPU")
@@ -151,6 +160,7 @@ def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any])
         mem=parse_size(v["mem"]) if v["mem"] else 0,
         time_limit_s=parse_duration(v["time"]) if v["time"] else None, qos=v["qos"],
         output=v["output"], error=v["error"], requeue=not v["no_requeue"],
+        retries=v["retries"],
         signal=str(parse_signal(v["job_signal"])) if v["job_signal"] else None,
         hold=v["hold"], kill_on_invalid_dep=v["kill_on_invalid_dep"], account=v["account"],
         begin_time=parse_time(v["begin"], _time.time(), future=True) if v["begin"] else None,

@@ -209,6 +209,14 @@ class Head:
         if spec.share and not (spec.gpu_mem and spec.gpus):
             raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it) "
                              "and at least one GPU")
+        if spec.retries is None:
+            spec.retries = self.cfg.head.default_retries if spec.requeue else 0
+        if not 0 <= spec.retries <= defaults.MAX_RETRIES:
+            raise UsageError(f"bad --retries {spec.retries}: expected 0..{defaults.MAX_RETRIES}")
+        if spec.retries and not spec.requeue:
+            raise UsageError("--retries and --no-requeue contradict each other: --no-requeue "
+                             "means no requeue at all (use --retries 0 to end NODE_FAIL at the "
+                             "first node fault but stay requeueable)")
         if spec.signal is not None:
             # Stored canonical, so the shepherd and the preemption code never see a bad one.
             spec.signal = str(parse_signal(spec.signal))
@@ -349,6 +357,7 @@ class Head:
         job.state, job.reason, job.alloc, job.start_time = JobState.PENDING, "None", {}, None
         job.end_time = job.exit_code = None
         job.restart_count += 1
+        job.node_fail_count = 0  # a person chose to run it again: its --retries start afresh
         self.store.update_job(job)
         self.ended.pop(job.id, None)
         self._track(job)
@@ -591,6 +600,13 @@ class Head:
             if not launch.holding:
                 self._requeue_preempted(job, now)
             return
+        if job.state == JobState.RUNNING and any(
+                s == JobState.NODE_FAIL.value for s, _ in launch.results.values()):
+            # The run died with its node (a reboot killed its shepherd, the node cannot launch):
+            # not the job's fault, so the node-fault path: requeued within its --retries.
+            log.warning("job %d run %d was lost on its node", job.id, job.restart_count)
+            self._lose_job(job, now)
+            return
         if job.state == JobState.RUNNING:
             failed = [(s, c) for s, c in launch.results.values() if s != JobState.COMPLETED.value]
             if failed or len(launch.results) == len(job.alloc):
@@ -689,15 +705,23 @@ class Head:
         self._node_failed(job, now)
 
     def _node_failed(self, job: Job, now: float) -> None:
-        """A running job lost its node: requeue it as a new run, or end it NODE_FAIL."""
-        if job.spec.requeue:
+        """A running job lost its node: requeue it as a new run while its --retries last, else
+        end it NODE_FAIL."""
+        retries = job.spec.retries if job.spec.retries is not None else \
+            self.cfg.head.default_retries  # a job stored before --retries existed
+        if job.spec.requeue and job.node_fail_count < retries:
             self.store.insert_run(job, now, JobState.NODE_FAIL.value)
             job.state, job.reason, job.alloc = JobState.PENDING, "NodeFail", {}
             job.restart_count += 1
+            job.node_fail_count += 1
             job.start_time = None
             self.store.update_job(job)
+            self.dirty = True
         else:
             self._finish(job, JobState.NODE_FAIL, now, exit_code=None)
+            if job.spec.requeue:
+                job.reason = f"node fault, no retries left (--retries {retries})"
+                self.store.update_job(job, "reason")
 
     def schedule(self, now: float) -> None:
         """One pass of the pure scheduler; its starts are persisted here and launched after commit."""

@@ -18,6 +18,7 @@ from gq import config as config_mod
 from gq import defaults, keys, protocol, service
 from gq.errors import ConfigError, GqError, ProtocolError, StoreError
 from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
+from gq.head import metrics
 from gq.head.core import Head
 from gq.pidfile import acquire
 from gq.store import Store
@@ -56,6 +57,35 @@ class HeadServer:
         for sock in (*self.clients, self.nodes):
             self.poller.register(sock, zmq.POLLIN)
         self.poller.register(self.signals.wake_r, zmq.POLLIN)
+        #: Jobs accepted in the batch being handled; counted in the metrics once committed.
+        self.submitted = 0
+        self.metrics = self._serve_metrics()
+        #: When the loop next publishes a metrics sample (time.monotonic()).
+        self.publish_at = 0.0
+
+    def _serve_metrics(self) -> metrics.Metrics | None:
+        """The Prometheus endpoint, if [head] metrics_addr names one; its address goes to the
+        state directory, where `gq up` finds it."""
+        addr = metrics.parse_addr(self.cfg.head.metrics_addr,
+                                  f"{self.cfg.path or '<defaults>'}: [head] metrics_addr")
+        path = Path(self.cfg.head.state_dir) / metrics.ADDR_FILE
+        path.unlink(missing_ok=True)
+        if addr is None:
+            return None
+        server = metrics.Metrics(*addr)
+        path.write_text(server.address + "\n")
+        return server
+
+    def _publish(self) -> None:
+        """Hand the metrics thread a fresh sample, at most every metrics.PUBLISH_S (less often
+        when sampling a large queue would take more than metrics.MAX_LOAD of the loop)."""
+        start = time.monotonic()
+        if self.metrics is None or start < self.publish_at:
+            return
+        self.metrics.publish(metrics.sample(self.head.jobs.values(), self.head.nodes.values(),
+                                            self.cfg.qos))
+        cost = time.monotonic() - start
+        self.publish_at = start + max(metrics.PUBLISH_S, cost / metrics.MAX_LOAD)
 
     def _bind_nodes(self, endpoint: str, curve: keys.CurveKeys | None) -> zmq.Socket:
         sock = self.ctx.socket(zmq.ROUTER)
@@ -119,6 +149,7 @@ class HeadServer:
             requests = [r for s in self.clients if s in events for r in self._recv_clients(s)]
             node_msgs = self._recv_nodes() if self.nodes in events else []
             self._iteration(requests, node_msgs, time.time())
+            self._publish()
             if self.signals.stop_requests:
                 log.info("stop signal: answered what had arrived; gqd stops, jobs keep running")
                 service.notify("STOPPING=1")
@@ -167,6 +198,7 @@ class HeadServer:
                    now: float) -> None:
         """Handle everything that arrived in one transaction (group commit), then send."""
         replies: list[tuple[ClientRequest, bytes, bool]] = []
+        self.submitted = 0
         try:
             with self.store.tx():
                 for req in requests:
@@ -177,15 +209,21 @@ class HeadServer:
                     self._node(name, payload, now)
                 self.head.tick(now)
                 if self.head.dirty and now >= self.schedule_after:
+                    started = time.perf_counter()
                     self.head.schedule(now)
+                    if self.metrics is not None:
+                        self.metrics.pass_seconds.observe(time.perf_counter() - started)
         except StoreError as exc:
             log.error("%s (a batch of %d requests and %d node messages)", exc, len(requests),
                       len(node_msgs))
             self.head.load(now)
             self.schedule_after = now + defaults.STORE_RETRY_S
             self.head.deferred.clear()
+            self.submitted = 0
             replies = [(r, protocol.error(_rid_of(r.payload), exc.code, str(exc)), False)
                        if accepted else (r, data, accepted) for r, data, accepted in replies]
+        if self.metrics is not None and self.submitted:
+            self.metrics.submitted.inc(self.submitted)
         for req, data, _ in replies:
             self._send_client(req.sock, req.envelope, data)
         for (sock, envelope), data in self.head.deferred:
@@ -205,7 +243,10 @@ class HeadServer:
                 raise ProtocolError("request has no integer rid (0 or more)")
             caller = caller_of(req.user_id, msg.get("claim_uid"), msg.get("claim_user"),
                                self.cfg.auth.admins)
+            before = len(self.head.jobs)
             data = self._isolated(msg, caller, (req.sock, req.envelope), now)
+            if msg["type"] == protocol.SUBMIT:
+                self.submitted += len(self.head.jobs) - before
         except GqError as exc:
             if isinstance(exc, ProtocolError):
                 log.warning("bad client request: %s", exc)
@@ -269,6 +310,9 @@ class HeadServer:
         log.info("SIGHUP: configuration reloaded from %s", self.cfg.path or "defaults")
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            (Path(self.cfg.head.state_dir) / metrics.ADDR_FILE).unlink(missing_ok=True)
         self.zap.close()
         for sock in (*self.clients, self.nodes):
             sock.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ from gq.fsutil import write_atomic
 from gq.model import JobState, parse_size
 from gq.node import shepherd
 from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
+from gq.node.health import HealthCheck
 from gq.node.outbox import Outbox
 from gq.pidfile import acquire
 
@@ -53,8 +55,11 @@ class Run:
 class NodeDaemon:
     def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
-                 curve: keys.CurveKeys | None = None):
+                 curve: keys.CurveKeys | None = None, health: HealthCheck | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
+        self.health = health
+        #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
+        self.launch_problem = ""
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -122,7 +127,9 @@ class NodeDaemon:
                  self.gpu_source.kind, self.head_addr)
         while True:
             now = time.time()
-            timeout = max(0.0, min(self._next_heartbeat, self._next_adopted_check) - now)
+            due = min(self._next_heartbeat, self._next_adopted_check,
+                      self.health.due() if self.health else math.inf)
+            timeout = max(0.0, due - now)
             events = dict(poller.poll(int(timeout * 1000) + 1))
             self.signals.drain()
             if self.signals.stop_requests:
@@ -135,6 +142,8 @@ class NodeDaemon:
             if self.sock in events:
                 self._receive()
             now = time.time()
+            if self.health and self.health.poll(now):
+                self._next_heartbeat = now  # tell gqd at once
             if now >= self._next_adopted_check:
                 self._next_adopted_check = now + ADOPTED_CHECK_S
                 self._check_adopted()
@@ -172,6 +181,22 @@ class NodeDaemon:
     # ------------------------------------------------------------ runs
 
     def launch(self, msg: dict[str, Any]) -> None:
+        try:
+            self._launch(msg)
+        except OSError as exc:
+            # This node cannot start jobs (a full or broken disk, no more processes): a node
+            # fault. gqd requeues the job (within its --retries) and drains the node, whose
+            # heartbeats say so until gqnode restarts.
+            self.launch_problem = f"gqnode cannot launch jobs: {exc}"
+            log.error("job %d run %d: %s", msg["job_id"], msg["restart"], self.launch_problem)
+            self._next_heartbeat = 0.0
+            with contextlib.suppress(OSError):
+                self.outbox.put({"node": self.name, "job_id": msg["job_id"],
+                                 "restart": msg["restart"], "event": protocol.FINISHED,
+                                 "state": JobState.NODE_FAIL.value, "exit_code": None,
+                                 "time": time.time(), "note": self.launch_problem})
+
+    def _launch(self, msg: dict[str, Any]) -> None:
         key = (msg["job_id"], msg["restart"])
         run_dir = self.jobs_dir / f"{key[0]}.{key[1]}"
         if key in self.runs or run_dir.exists():
@@ -208,11 +233,13 @@ class NodeDaemon:
     def _reap(self) -> None:
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if self.health and self.health.reaped(pid, status, time.time()):
+                self._next_heartbeat = 0.0  # tell gqd at once
             for run in list(self.runs.values()):
                 if run.pid == pid:
                     self._ended(run)
@@ -224,9 +251,15 @@ class NodeDaemon:
 
     def _ended(self, run: Run) -> None:
         """The shepherd is gone: queue its final status (durably) and forget the run."""
-        status = shepherd.read_status(run.dir) or {
-            "state": JobState.FAILED.value, "exit_code": None, "end_time": time.time(),
-            "note": "shepherd died without writing a status"}
+        status = shepherd.read_status(run.dir)
+        if status is None:
+            # The shepherd was killed (the host rebooted, the OOM killer): a node fault, not the
+            # job's, so gqd requeues it (within its --retries). Nothing may go on running it.
+            killed = shepherd.kill_orphaned_job(run.dir)
+            status = {"state": JobState.NODE_FAIL.value, "exit_code": None,
+                      "end_time": time.time(),
+                      "note": "its shepherd died without writing a status (node rebooted?)"
+                      + ("; its leftover processes were killed" if killed else "")}
         self.outbox.put({"node": self.name, "job_id": run.job_id, "restart": run.restart,
                          "event": protocol.FINISHED, "state": status["state"],
                          "exit_code": status["exit_code"], "time": status["end_time"],
@@ -243,7 +276,9 @@ class NodeDaemon:
     def _heartbeat(self) -> None:
         self._send(protocol.HEARTBEAT, node=self.name,
                    telemetry={str(k): v for k, v in self.gpu_source.telemetry().items()},
-                   health=self.gpu_source.health())
+                   health=self.gpu_source.health()
+                   + ([self.health.problem] if self.health and self.health.problem else [])
+                   + ([self.launch_problem] if self.launch_problem else []))
 
     def _flush_outbox(self, now: float) -> None:
         for entry in self.outbox.due(now, defaults.OUTBOX_RESEND_S):
@@ -308,7 +343,11 @@ def main(argv: list[str] | None = None) -> int:
             cpus=cfg.node.cpus or os.cpu_count() or 1,
             mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
             heartbeat_s=cfg.node.heartbeat_s,
-            curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None)
+            curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
+            health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
+                               cfg.node.health_check_timeout_s, state_dir / "health-check.out",
+                               name)
+            if cfg.node.health_check else None)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqnode cannot start: %s", exc)
         return 1

@@ -34,6 +34,8 @@ from gq.model import JobSignal, JobState, parse_signal
 LAUNCH_FILE = "launch.msg"
 STATUS_FILE = "status.json"
 PID_FILE = "shepherd.pid"
+#: The job's own pid and start time: its session is killed if the shepherd dies without a status.
+JOB_PID_FILE = "job.pid"
 STOP_FILE = "stop.json"
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
 #: When nothing else is due, the shepherd still wakes this often (seconds) to re-check its child.
@@ -83,6 +85,10 @@ def run(run_dir: Path) -> int:
         _write_status(run_dir, JobState.FAILED, 127 if isinstance(exc, FileNotFoundError) else 126,
                       started, note=str(exc))
         return 0
+    with contextlib.suppress(OSError):
+        import psutil
+        write_atomic(run_dir / JOB_PID_FILE,
+                     f"{proc.pid} {psutil.Process(proc.pid).create_time()}\n".encode())
     state, code = _supervise(proc, launch, started, run_dir)
     _kill_session(proc.pid)
     _write_status(run_dir, state, code, started)
@@ -310,6 +316,26 @@ def _deliver(pid: int, signum: int, batch_only: bool) -> None:
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def kill_orphaned_job(run_dir: Path) -> bool:
+    """The shepherd of `run_dir` died without a status: kill its job's session if it is still
+    there (gqnode, which cannot supervise it any more). True if something was killed."""
+    import psutil
+    try:
+        text = (run_dir / JOB_PID_FILE).read_text().split()
+        pid, started = int(text[0]), float(text[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    try:
+        if abs(psutil.Process(pid).create_time() - started) >= 1.0:
+            return False  # that pid is another process now, which may lead a session of its own
+    except psutil.NoSuchProcess:
+        pass  # the job's first process is gone; what is left in its session is still the job's
+    except psutil.Error:
+        return False
+    _kill_session(pid)
+    return True
 
 
 def _kill_session(sid: int) -> None:

@@ -1,0 +1,188 @@
+"""gqd's Prometheus endpoint: a sample the event loop publishes, served from another thread.
+
+The loop owns every job and node; the HTTP thread never touches them. Every PUBLISH_S at most the
+loop builds an immutable `Sample` and swaps it in (one reference assignment), and a scrape
+reads whichever sample is current. Counters and the pass-time histogram are prometheus_client's
+own, which are thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter as Tally
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gq import defaults
+from gq.errors import ConfigError
+from gq.model import Job, JobState, Node, NodeState
+
+log = logging.getLogger("gq.head")
+
+#: Least time between two snapshots the loop builds, in seconds (a scrape sees data this old).
+PUBLISH_S = 1.0
+#: Most of the loop's time sampling may take: a huge queue is sampled less often than PUBLISH_S.
+MAX_LOAD = 0.02
+#: File in gqd's state directory holding the metrics endpoint's `HOST:PORT` while gqd runs.
+ADDR_FILE = "metrics.addr"
+#: Buckets of the scheduling pass histogram, in seconds.
+PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0)
+#: Job states that make up the queue (the others leave it at once).
+QUEUE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    node: str
+    index: int
+    type: str
+    memory: int
+    #: The job holding it, or None.
+    job: int | None
+    #: Latest telemetry from the node's heartbeat; None where it sent none.
+    util: float | None = None
+    mem_used: float | None = None
+    temp: float | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What a scrape shows: built by the loop, never changed afterwards."""
+
+    #: (state, qos) -> jobs in the queue.
+    jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Pending reason -> jobs.
+    reasons: dict[str, int] = field(default_factory=dict)
+    #: Node name -> state.
+    nodes: dict[str, str] = field(default_factory=dict)
+    gpus: tuple[GpuSample, ...] = ()
+
+
+def sample(jobs: Collection[Job], nodes: Iterable[Node], qos_names: Iterable[str]) -> Sample:
+    """The loop's side: count what the head holds now (C-speed counting: it may be 100k jobs)."""
+    pending = JobState.PENDING
+    depth = {(state, q): 0 for state in QUEUE_STATES for q in qos_names}
+    for (state, qos), n in Tally((j.state, j.spec.qos) for j in jobs).items():
+        if state is pending or state is JobState.RUNNING:
+            key = (state.value, qos or defaults.DEFAULT_QOS)
+            depth[key] = depth.get(key, 0) + n
+    reasons = Tally(j.reason or "None" for j in jobs if j.state is pending)
+    holders = {(n, g): job.id for job in jobs if job.holds_alloc
+               for n, gs in job.alloc.items() for g in gs}
+    gpus = []
+    states = {}
+    for node in nodes:
+        states[node.name] = node.state.value
+        for g in node.gpus:
+            t = node.telemetry.get(g.index, {})
+            gpus.append(GpuSample(node.name, g.index, g.type, g.memory,
+                                  holders.get((node.name, g.index)), _num(t.get("util")),
+                                  _num(t.get("mem_used")), _num(t.get("temp"))))
+    return Sample(jobs=depth, reasons=dict(reasons), nodes=states, gpus=tuple(gpus))
+
+
+def _num(value: Any) -> float | None:
+    """A telemetry value a node sent, if it is a number (nodes are trusted little)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def parse_addr(text: str, source: str = "[head] metrics_addr") -> tuple[str, int] | None:
+    """`HOST:PORT`, `[V6]:PORT` or `:PORT` (all interfaces) -> (host, port); "" -> None (off)."""
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{source}: expected HOST:PORT (or \"\" for no endpoint), not {text!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)
+
+
+class Metrics:
+    """The registry, its HTTP server thread, and the sample the loop last published."""
+
+    def __init__(self, host: str, port: int) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client.exposition import start_http_server
+        from prometheus_client.process_collector import ProcessCollector
+        self._sample = Sample()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.submitted = Counter("gq_jobs_submitted", "Jobs accepted by gqd (each array task "
+                                 "counts)", registry=self.registry)
+        self.pass_seconds = Histogram("gq_schedule_pass_seconds", "Duration of gqd's "
+                                      "scheduling passes", buckets=PASS_BUCKETS,
+                                      registry=self.registry)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(self)
+        self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        bound_host, bound_port = self._server.server_address[:2]
+        self.address = f"[{bound_host}]:{bound_port}" if ":" in bound_host \
+            else f"{bound_host}:{bound_port}"
+        log.info("serving metrics on http://%s/metrics", self.address)
+
+    def publish(self, new: Sample) -> None:
+        self._sample = new  # one reference swap: a scrape sees the old sample or the new one
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())  # the families depend on the sample; collect() names them at scrape
+
+    def collect(self) -> Iterator[Any]:
+        """Called on the HTTP thread: reads only the published sample."""
+        from prometheus_client.core import GaugeMetricFamily as Gauge
+        s = self._sample
+        jobs = Gauge("gq_jobs", "Jobs in the queue by state and QOS", labels=["state", "qos"])
+        for (state, qos), n in sorted(s.jobs.items()):
+            jobs.add_metric([state, qos], n)
+        reasons = Gauge("gq_pending_jobs", "Pending jobs by reason", labels=["reason"])
+        for reason, n in sorted(s.reasons.items()):
+            reasons.add_metric([reason], n)
+        running = Gauge("gq_running_gpus", "GPUs held by running jobs")
+        running.add_metric([], sum(g.job is not None for g in s.gpus))
+        yield from (jobs, reasons, running, *self._node_families(s))
+
+    def _node_families(self, s: Sample) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily as Gauge
+        states = Gauge("gq_nodes", "Nodes by state", labels=["state"])
+        for state in NodeState:
+            states.add_metric([state.value], sum(v == state.value for v in s.nodes.values()))
+        node_state = Gauge("gq_node_state", "1 for the state each node is in",
+                           labels=["node", "state"])
+        total = Gauge("gq_node_gpus", "GPUs of each node", labels=["node"])
+        alloc = Gauge("gq_node_gpus_allocated", "GPUs of each node held by jobs",
+                      labels=["node"])
+        for name, state in sorted(s.nodes.items()):
+            node_state.add_metric([name, state], 1)
+            total.add_metric([name], sum(g.node == name for g in s.gpus))
+            alloc.add_metric([name], sum(g.node == name and g.job is not None for g in s.gpus))
+        yield from (states, node_state, total, alloc, *_gpu_families(s.gpus))
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def _gpu_families(gpus: tuple[GpuSample, ...]) -> Iterator[Any]:
+    from prometheus_client.core import GaugeMetricFamily as Gauge
+    labels = ["node", "gpu", "type"]
+    fams = {
+        "allocated": Gauge("gq_gpu_allocated", "1 when a job holds the GPU", labels=labels),
+        "util": Gauge("gq_gpu_utilization_ratio", "GPU utilization (0-1) from the node's "
+                      "telemetry", labels=labels),
+        "mem_used": Gauge("gq_gpu_memory_used_bytes", "VRAM in use, from the node's telemetry",
+                          labels=labels),
+        "memory": Gauge("gq_gpu_memory_bytes", "VRAM of the GPU", labels=labels),
+        "temp": Gauge("gq_gpu_temperature_celsius", "GPU temperature from the node's telemetry",
+                      labels=labels),
+    }
+    for g in gpus:
+        key = [g.node, str(g.index), g.type]
+        fams["allocated"].add_metric(key, int(g.job is not None))
+        fams["memory"].add_metric(key, g.memory)
+        for name, value in (("util", None if g.util is None else g.util / 100),
+                            ("mem_used", g.mem_used), ("temp", g.temp)):
+            if value is not None:
+                fams[name].add_metric(key, value)
+    yield from fams.values()
