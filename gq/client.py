@@ -132,10 +132,23 @@ class Client:
         The head sets each job's user, uid and gid from the caller (see `wrap`)."""
         return list(self.request(protocol.SUBMIT, jobs=[s.to_dict() for s in specs])["ids"])
 
-    def cancel(self, ids: list[int | str]) -> dict[str, Any]:
+    def cancel(self, ids: list[int | str], signal: str | None = None,
+               batch_only: bool = False) -> dict[str, Any]:
         """Cancel jobs (`123`, a whole array by its id, or one task as `"123_7"`); the reply has
-        `cancelled` and `errors` (id -> why not)."""
-        return self.request(protocol.CANCEL, ids=ids)
+        `cancelled` and `errors` (id -> why not). With `signal` ("USR1"), send it to the running
+        jobs instead (only to their script with `batch_only`) and do not end them."""
+        if signal is None:
+            return self.request(protocol.CANCEL, ids=ids)
+        return self.request(protocol.CANCEL, ids=ids, signal=signal, batch_only=batch_only)
+
+    def update(self, ids: list[int | str], *, time_limit_s: int | None = None,
+               qos: str | None = None, name: str | None = None) -> dict[str, Any]:
+        """Change pending jobs' time limit (seconds, 0 for none), QOS or name (a running job's
+        name too); the reply has `done` and `errors`. Owners may only lower a limit and move to
+        a QOS of no higher priority; admins may do anything within the QOS's max_time."""
+        fields = {k: v for k, v in (("time_limit_s", time_limit_s), ("qos", qos),
+                                    ("name", name)) if v is not None}
+        return self.request(protocol.UPDATE, ids=ids, **fields)
 
     def hold(self, ids: list[int | str]) -> dict[str, Any]:
         """Hold pending jobs; the reply has `done` and `errors`, as for the next two."""
@@ -158,10 +171,15 @@ class Client:
         return list(self.request(protocol.ACCOUNTING, since=since, until=until)["rows"])
 
     def queue(self, user: str | None = None, states: list[str] | None = None,
-              all: bool = False) -> list[dict[str, Any]]:  # noqa: A002 - mirrors --all
+              all: bool = False, start: bool = False  # noqa: A002 - mirrors --all
+              ) -> list[dict[str, Any]]:
         """Pending and running jobs (`gq queue --json`'s `jobs`), of `user` only if given, in
-        `states` only if given; `all` adds jobs that ended in the last 5 minutes."""
-        return list(self.request(protocol.QUEUE, user=user, states=states, all=all)["jobs"])
+        `states` only if given; `all` adds jobs that ended in the last 5 minutes; `start` gives
+        pending jobs `expected_start` and `expected_nodes` (None where the scheduler has no
+        reservation for them)."""
+        extra = {"start": True} if start else {}
+        return list(self.request(protocol.QUEUE, user=user, states=states, all=all,
+                                 **extra)["jobs"])
 
     def show(self, job_id: int | str) -> dict[str, Any]:
         """Everything about one job, running or long ended (`123` or `"123_7"`); NotFoundError

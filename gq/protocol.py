@@ -28,6 +28,8 @@ RESUME = "resume"
 HOLD = "hold"
 RELEASE = "release"
 REQUEUE = "requeue"
+#: `gq update` (scontrol update): a pending job's time limit, QOS or name.
+UPDATE = "update"
 HISTORY = "history"
 #: `gq report` (GPU-hours); not "report", which is a node's message.
 ACCOUNTING = "accounting"
@@ -96,8 +98,13 @@ SPEC_SCHEMA: Schema = {
 SCHEMAS: dict[str, Schema] = {
     PING: {},
     SUBMIT: {"jobs": (_LIST, True)},
-    CANCEL: {"ids": (_LIST, True), "user": (_OPT_STR, False)},
-    QUEUE: {"user": (_OPT_STR, False), "states": (_OPT_LIST, False), "all": (_BOOL, False)},
+    # signal (scancel --signal): send it to the running jobs (only their script with
+    # batch_only) and do not end them.
+    CANCEL: {"ids": (_LIST, True), "user": (_OPT_STR, False), "signal": (_OPT_STR, False),
+             "batch_only": (_BOOL, False)},
+    # start (squeue --start): pending jobs get expected_start and expected_nodes.
+    QUEUE: {"user": (_OPT_STR, False), "states": (_OPT_LIST, False), "all": (_BOOL, False),
+            "start": (_BOOL, False)},
     SHOW: {"id": (_REF, True)},
     NODES: {},
     WAIT: {"ids": (_LIST, True), "park_s": (_NUM, False)},
@@ -108,6 +115,9 @@ SCHEMAS: dict[str, Schema] = {
     HOLD: {"ids": (_LIST, True)},
     RELEASE: {"ids": (_LIST, True)},
     REQUEUE: {"ids": (_LIST, True)},
+    # The fields given are changed (time_limit_s 0: no limit); reply as for hold.
+    UPDATE: {"ids": (_LIST, True), "time_limit_s": (_INT, False), "qos": (_STR, False),
+             "name": (_STR, False)},
     # Jobs from the store (sacct): submitted by `until` and not ended before `since`.
     HISTORY: {"since": (_NUM, True), "until": (_NUM, True), "user": (_OPT_STR, False),
               "states": (_OPT_LIST, False)},
@@ -129,15 +139,16 @@ SCHEMAS: dict[str, Schema] = {
              "master_addr": (_STR, False)},
     # signal: KILL (at once), or a name (TERM, USR1 ...) sent to the job's process group (only
     # its top process with batch_only), then SIGKILL after grace_s (default: the launch's grace_s).
+    # no_kill (gq cancel --signal): only the signal; the job is not ended.
     KILL: {"job_id": (_INT, True), "restart": (_INT, True), "signal": (_STR, False),
-           "batch_only": (_BOOL, False), "grace_s": (_NUM, False)},
+           "batch_only": (_BOOL, False), "grace_s": (_NUM, False), "no_kill": (_BOOL, False)},
     ACK: {"seq": (_INT, True)},
     REREGISTER: {},
     REPLY: {"rid": (_INT, True), "ok": (_BOOL, True)},
 }
 
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
-                             HOLD, RELEASE, REQUEUE, HISTORY, ACCOUNTING})
+                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 

@@ -73,6 +73,7 @@ _UPDATABLE = {
     "exit_code": lambda j: j.exit_code, "alloc": lambda j: json.dumps(j.alloc),
     "holds_alloc": lambda j: int(j.holds_alloc), "restart_count": lambda j: j.restart_count,
     "time_limit_s": lambda j: j.spec.time_limit_s, "qos": lambda j: j.spec.qos,
+    "name": lambda j: j.spec.name,
     "hold": lambda j: j.hold, "node_fail_count": lambda j: j.node_fail_count,
 }
 
@@ -329,12 +330,13 @@ def _job_row(job: Job, blob: bytes, job_id: int | None) -> tuple[Any, ...]:
 
 
 def _job(row: Iterable[Any], spec: bytes) -> Job:
-    (job_id, _name, _user, _uid, qos, state, reason, _nodes, _gpus, _gpu_type, time_limit_s,
+    (job_id, name, _user, _uid, qos, state, reason, _nodes, _gpus, _gpu_type, time_limit_s,
      submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count,
      array_job_id, array_index, _spec, hold, node_fail_count) = row
-    # qos and time limit may be updated after submit: the columns, not the blob, are current.
+    # qos, time limit and name may be updated after submit (gq update): the columns, not the
+    # blob (an array's tasks share their first task's), are current.
     spec_obj = JobSpec.from_dict(msgpack.unpackb(spec, raw=False))
-    spec_obj.qos, spec_obj.time_limit_s = qos, time_limit_s
+    spec_obj.qos, spec_obj.time_limit_s, spec_obj.name = qos, time_limit_s, name
     return Job(id=job_id, spec=spec_obj,
                state=JobState(state), reason=reason, submit_time=submit_time,
                start_time=start_time, end_time=end_time, exit_code=exit_code,

@@ -191,6 +191,16 @@ def test_a_stop_order_never_writes_through_a_planted_link(tmp_path: Path) -> Non
         "signal": "USR1", "batch_only": True, "grace_s": 5.0}
 
 
+
+def test_a_signal_only_order_is_read_once_and_a_later_plain_stop_stops(tmp_path: Path) -> None:
+    shepherd.order_stop(tmp_path, "USR1", False, None, no_kill=True)
+    stop = shepherd._stop_order(tmp_path, 7.0)
+    assert (stop.signum, stop.no_kill) == (signal.SIGUSR1, True)
+    # Used up: a SIGTERM that comes without a fresh order is a plain stop, not a signal.
+    assert not (tmp_path / shepherd.STOP_FILE).exists()
+    stop = shepherd._stop_order(tmp_path, 7.0)
+    assert (stop.signum, stop.no_kill, stop.grace_s) == (signal.SIGTERM, False, 7.0)
+
 def test_signal_is_sent_its_lead_time_before_the_limit(tmp_path: Path) -> None:
     run_dir = tmp_path / "1.0"
     script = ("#!/bin/bash\ntrap 'date +%s.%N > got' USR1\ndate +%s.%N > started\n"

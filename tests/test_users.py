@@ -235,3 +235,29 @@ def test_a_personal_cluster_admits_only_its_owner(top: Path, users: dict[str, Us
         wait_for(lambda: f"refused a client of uid {site.alice.uid}" in live.log("gqd"),
                  "gqd to log the refusal")
         assert live.gq("queue").returncode == 0
+
+
+def test_gq_update_an_owner_may_lower_and_step_down_an_admin_may_raise(site: Site) -> None:
+    alice, bob, carol = site.alice, site.bob, site.carol
+    job = site.submit(alice, "--hold", "-t", "1h", "--wrap", "true")
+
+    def refused(user: User, *args: str) -> str:
+        proc = site.gq(user, "update", str(job), *args)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert "permission denied" in proc.stderr, proc.stderr
+        return proc.stderr
+
+    assert site.gq(alice, "update", str(job), "--time", "30m", "-J", "mine").returncode == 0
+    assert "raise a time limit" in refused(alice, "--time", "2h")
+    assert "UNLIMITED" in refused(alice, "--time", "UNLIMITED")
+    assert "higher priority" in refused(alice, "--qos", "pro")
+    assert site.gq(alice, "update", str(job), "--qos", "free").returncode == 0
+    assert "higher priority" in refused(alice, "--qos", "normal")  # no way back up
+    assert alice.name in refused(bob, "--name", "stolen")
+    after = site.live.show(job)
+    assert (after["time_limit_s"], after["qos"], after["name"]) == (1800, "free", "mine")
+    # An admin (carol, by name in [auth] admins) may raise the limit and the QOS.
+    assert site.gq(carol, "update", str(job), "--time", "4h", "--qos", "pro").returncode == 0
+    after = site.live.show(job)
+    assert (after["time_limit_s"], after["qos"]) == (4 * 3600, "pro")
+    assert site.gq(alice, "cancel", str(job)).returncode == 0

@@ -13,6 +13,7 @@ from gq.arrays import parse_ref
 from gq.cli import render
 from gq.cli.submit import exit_code_of
 from gq.errors import RefusedError, UsageError
+from gq.model import parse_duration, parse_signal
 
 _STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
            "PREEMPTED")
@@ -30,6 +31,7 @@ def register(app: typer.Typer) -> None:
     app.command("hold")(hold)
     app.command("release")(release)
     app.command("requeue")(requeue)
+    app.command("update")(update)
     app.command("wait")(wait)
     app.command("logs")(logs)
 
@@ -59,15 +61,21 @@ def queue(
     all_jobs: bool = typer.Option(False, "-a", "--all", help="include jobs that ended in the last 5 minutes"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
     parsable: bool = typer.Option(False, "-p", "--parsable", help="'|' between fields, a header line first"),
+    start: bool = typer.Option(False, "--start", help="pending jobs with their expected start time and nodes"),
 ) -> int:
     """List pending and running jobs (like squeue)."""
+    states = _states(state)
+    if start:
+        if states and "PENDING" not in states:
+            raise UsageError("--start lists pending jobs only: leave out --state or include PD")
+        states = ["PENDING"]
     with _client() as client:
         who = client._user if me else user
-        jobs = client.queue(user=who, states=_states(state), all=all_jobs)
+        jobs = client.queue(user=who, states=states, all=all_jobs, start=start)
     if as_json:
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": jobs})
     else:
-        render.listing(*render.queue_rows(jobs), parsable)
+        render.listing(*(render.start_rows if start else render.queue_rows)(jobs), parsable)
     return 0
 
 
@@ -88,9 +96,32 @@ def show(job: str = typer.Argument(..., help="job id"),
     return 0
 
 
-def cancel(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its tasks; 123_7: one)")) -> int:
+def cancel(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its tasks; 123_7: one)"),
+           signal: Optional[str] = typer.Option(None, "-s", "--signal", help="only send this signal (USR1, TERM, 10 ...) to the running jobs; they go on"),
+           batch: bool = typer.Option(False, "-b", "--batch", help="with --signal: to the job's script only, not its whole process group"),
+           ) -> int:
     """Cancel jobs (like scancel): pending ones never start, running ones get SIGTERM then SIGKILL."""
-    return _act(jobs, "cancel", "cancelled", lambda c, ids: c.cancel(ids))
+    if signal is None:
+        if batch:
+            raise UsageError("--batch needs --signal: it says which process gets the signal")
+        return _act(jobs, "cancel", "cancelled", lambda c, ids: c.cancel(ids))
+    sig = parse_signal(signal)  # a bad name is a usage error here, before any request
+    return _act(jobs, "signal", "signalled",
+                lambda c, ids: c.cancel(ids, signal=sig.name, batch_only=batch or sig.batch_only))
+
+
+def update(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its pending tasks)"),
+           time: Optional[str] = typer.Option(None, "-t", "--time", help="new time limit (owners may only lower it; UNLIMITED for none)"),
+           qos: Optional[str] = typer.Option(None, "-q", "--qos", help="new QOS (owners: one of no higher priority)"),
+           name: Optional[str] = typer.Option(None, "-J", "--name", help="new job name (running jobs too)"),
+           ) -> int:
+    """Change pending jobs' time limit, QOS or name (like scontrol update); admins may raise limits."""
+    if time is None and qos is None and name is None:
+        raise UsageError("nothing to update: give --time, --qos or --name")
+    limit = None if time is None else 0 if time.strip().upper() in ("UNLIMITED", "INFINITE") \
+        else parse_duration(time)
+    return _act(jobs, "update", "updated",
+                lambda c, ids: c.update(ids, time_limit_s=limit, qos=qos, name=name))
 
 
 def hold(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its pending tasks)")) -> int:

@@ -112,6 +112,20 @@ def queue_rows(jobs: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     return headers, rows
 
 
+def start_rows(jobs: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """`gq queue --start` (squeue --start): pending jobs, soonest expected start first; those
+    the scheduler has no reservation for (N/A) last, an array's folded as in `queue_rows`."""
+    headers = ["JOBID", "NAME", "USER", "ST", "START_TIME", "NODES", "REASON"]
+    known = sorted((j for j in jobs if j.get("expected_start")),
+                   key=lambda j: (j["expected_start"], j["id"]))
+    unknown = fold_pending_tasks([j for j in jobs if not j.get("expected_start")])
+    rows = [[job_id, j["name"], j["user"], _STATE_SHORT.get(j["state"], j["state"]),
+             j.get("expected_start") or "N/A", ",".join(j.get("expected_nodes") or []) or "-",
+             j["reason"] or "None"]
+            for j, job_id in [*((j, j.get("job_id") or str(j["id"])) for j in known), *unknown]]
+    return headers, rows
+
+
 def fold_pending_tasks(jobs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
     """(job, JOBID) rows as squeue shows them: an array's pending tasks as one row
     `123_[8-99%10]` where the first of them would be; every other job (or task) on its own."""

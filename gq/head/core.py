@@ -6,7 +6,9 @@ in `outbox_nodes` / `deferred` for the daemon loop to send after the transaction
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -42,7 +44,7 @@ STOPPING = frozenset({PREEMPTED, REQUEUED})
 #: Requests that change the queue: refused to callers whose identity the kernel did not prove.
 CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
                                protocol.RESUME, protocol.HOLD, protocol.RELEASE,
-                               protocol.REQUEUE})
+                               protocol.REQUEUE, protocol.UPDATE})
 MAX_GPUS_PER_NODE = 64
 #: A node's health problems shown in its drain reason: at most this many, this long each.
 MAX_HEALTH_PROBLEMS = 4
@@ -250,8 +252,24 @@ class Head:
                            f"(nodes have: {', '.join(have)})")
 
     def _req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        done, errors = self._act(msg["ids"], caller, lambda job: self.cancel(job, now))
+        if msg.get("signal"):
+            sig = parse_signal(msg["signal"])  # a bad name is the caller's usage error
+            batch = bool(msg.get("batch_only")) or sig.batch_only  # -b, or B:USR1
+            done, errors = self._act(msg["ids"], caller, lambda job: self._signal(job, sig.name,
+                                                                                   batch))
+        else:
+            done, errors = self._act(msg["ids"], caller, lambda job: self.cancel(job, now))
         return {"cancelled": done, "errors": errors}
+
+    def _req_update(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        changes = {k: msg[k] for k in ("time_limit_s", "qos", "name") if k in msg}
+        if not changes:
+            raise UsageError("nothing to update: give --time, --qos or --name")
+        if "name" in changes and not changes["name"].strip():
+            raise UsageError("a job's name cannot be empty")
+        done, errors = self._act(msg["ids"], caller,
+                                 lambda job: self._update(job, caller, changes))
+        return {"done": done, "errors": errors}
 
     def _req_hold(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         done, errors = self._act(msg["ids"], caller, lambda job: self._hold(job, caller))
@@ -363,6 +381,64 @@ class Head:
         self._track(job)
         self.dirty = True
 
+    def _update(self, job: Job, caller: Caller, changes: dict[str, Any]) -> None:
+        """scontrol update: a pending job's time limit, QOS and name (a running job's name only).
+        Its owner may only lower the time limit and move to a QOS of no higher priority; an
+        admin may do anything within the QOS's max_time."""
+        if job.state.terminal:
+            raise RefusedError(f"job {job.ref} has already finished ({job.state.value})")
+        if job.state != JobState.PENDING and set(changes) != {"name"}:
+            raise RefusedError(f"job {job.ref} is {job.state.value}: only a pending job's time "
+                               "limit and QOS can be changed (a running job's name can)")
+        old = job.spec
+        new = dataclasses.replace(old, **changes)  # a copy: an array's tasks share one spec
+        new.qos = new.qos or defaults.DEFAULT_QOS
+        qos = self.cfg.qos.get(new.qos)
+        if new.qos != old.qos:
+            if qos is None:
+                raise RefusedError(f"unknown QOS {new.qos!r}; known: "
+                                   f"{', '.join(sorted(self.cfg.qos))}")
+            was = self.cfg.qos.get(old.qos or defaults.DEFAULT_QOS)
+            if not caller.admin and was is not None and qos.priority > was.priority:
+                raise PermissionDenied(
+                    f"permission denied: QOS {new.qos!r} has a higher priority than "
+                    f"{old.qos!r}; only an administrator can move job {job.ref} there")
+        if new.time_limit_s != old.time_limit_s:
+            if not caller.admin and (new.time_limit_s or math.inf) > (old.time_limit_s or math.inf):
+                raise PermissionDenied(
+                    f"permission denied: only an administrator can raise a time limit (job "
+                    f"{job.ref} has {format_duration(old.time_limit_s or 0)}, asked for "
+                    f"{format_duration(new.time_limit_s or 0)})")
+        if qos is not None and qos.max_time_s and not 0 < (new.time_limit_s or 0) <= qos.max_time_s:
+            raise RefusedError(f"time limit {format_duration(new.time_limit_s or 0)} is over the "
+                               f"{new.qos!r} QOS maximum of {format_duration(qos.max_time_s)}")
+        if new.qos != old.qos:
+            self.queued.remove(job)  # counted again under its new QOS
+            try:
+                limits.check_submit(self.cfg, self.queued, [dataclasses.replace(new, array=None)])
+            except RefusedError:
+                self.queued.add(job)
+                raise
+        job.spec = new
+        self.queued.add(job)  # under its new QOS (a no-op when that did not change)
+        self.store.update_job(job, "time_limit_s", "qos", "name")
+        self.reservations.pop(job.id, None)
+        self.dirty = True
+
+    def _signal(self, job: Job, name: str, batch_only: bool) -> None:
+        """scancel --signal: the signal to a running job's processes (or only its script), which
+        it is not ended by (unless the job dies of it)."""
+        if job.state != JobState.RUNNING:
+            raise RefusedError(f"job {job.ref} is not running ({job.state.value}): only a "
+                               "running job can be signalled")
+        if job.reason in STOPPING:
+            # Its stop order must not be overwritten by a signal-only one.
+            raise RefusedError(f"job {job.ref} is being stopped ({job.reason})")
+        for node in job.alloc:
+            self.outbox_nodes.append((node, protocol.encode(
+                protocol.KILL, job_id=job.id, restart=job.restart_count, signal=name,
+                batch_only=batch_only, no_kill=True)))
+
     def cancel(self, job: Job, now: float) -> None:
         if job.state.terminal:
             raise RefusedError(f"job {job.ref} has already finished ({job.state.value})")
@@ -383,7 +459,18 @@ class Head:
             jobs = [j for j in jobs if j.spec.user == user]
         if states:
             jobs = [j for j in jobs if j.state.value in states]
-        return {"jobs": [j.to_json() for j in jobs]}
+        out = [j.to_json() for j in jobs]
+        if msg.get("start"):  # squeue --start: the scheduler's reservations of pending jobs
+            for job, data in zip(jobs, out):
+                if job.state == JobState.PENDING:
+                    data.update(self._expected(job))
+        return {"jobs": out}
+
+    def _expected(self, job: Job) -> dict[str, Any]:
+        """When and where the last pass expects a pending job to start (None: no reservation)."""
+        res = self.reservations.get(job.id)
+        return {"expected_start": iso_time(res.start) if res else None,
+                "expected_nodes": list(res.alloc) if res else None}
 
     def _req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         job = self.lookup(_ref(msg["id"]))
@@ -394,8 +481,8 @@ class Head:
             usage = self.usage.at(now)
             data["priority_factors"] = factors(_pending_view(job), now, self.policy, usage,
                                                sum(usage.values()), len(usage))
-        if (res := self.reservations.get(job.id)) is not None:
-            data.update(expected_start=iso_time(res.start), expected_nodes=list(res.alloc))
+        if job.id in self.reservations:
+            data.update(self._expected(job))
         return {"job": data}
 
     def _req_history(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:

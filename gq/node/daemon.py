@@ -221,10 +221,16 @@ class NodeDaemon:
         if run is None:
             return
         sig = msg.get("signal", "TERM")
+        no_kill = bool(msg.get("no_kill")) and sig != "KILL"
         if sig != "KILL":
             try:
-                shepherd.order_stop(run.dir, sig, msg.get("batch_only", False), msg.get("grace_s"))
+                shepherd.order_stop(run.dir, sig, msg.get("batch_only", False), msg.get("grace_s"),
+                                    no_kill=no_kill)
             except OSError as exc:
+                if no_kill:  # a SIGTERM without the order would stop the job: send nothing
+                    log.warning("job %d run %d: cannot write its signal order (%s): not sent",
+                                run.job_id, run.restart, exc)
+                    return
                 log.warning("job %d run %d: cannot write its stop order (%s): it gets SIGTERM",
                             run.job_id, run.restart, exc)
         with contextlib.suppress(ProcessLookupError):

@@ -238,9 +238,10 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
         if info.si_signo == signal.SIGUSR1:
             ending = ending or JobState.CANCELLED
             _signal_group(proc.pid, signal.SIGKILL)
-        elif ending is None:  # SIGTERM / SIGINT: a cancel or a preemption
+        elif ending is None:  # SIGTERM / SIGINT: a cancel, a preemption or `cancel --signal`
             stop = _stop_order(run_dir, grace)
-            ending, kill_at = JobState.CANCELLED, time.time() + stop.grace_s
+            if not stop.no_kill:
+                ending, kill_at = JobState.CANCELLED, time.time() + stop.grace_s
             _deliver(proc.pid, stop.signum, stop.batch_only)
     code = rc if rc >= 0 else 128 - rc
     if ending is not None:
@@ -265,9 +266,12 @@ class _Stop:
     signum: int
     batch_only: bool
     grace_s: float
+    #: `gq cancel --signal`: only the signal; the job goes on.
+    no_kill: bool = False
 
 
-def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float | None) -> None:
+def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float | None,
+               no_kill: bool = False) -> None:
     """Tell a run's shepherd how its next SIGTERM is to stop the job (gqnode, before the SIGTERM).
 
     A signal carries no data, and the shepherd may be one that a restarted gqnode adopted (not its
@@ -275,7 +279,9 @@ def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float
     that works for either. It is written whole (atomic rename) before the SIGTERM is sent, and the
     shepherd reads it only on a SIGTERM, so it never sees half an order or acts on none.
     """
-    order = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
+    order: dict[str, Any] = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
+    if no_kill:
+        order["no_kill"] = True
     write_atomic(run_dir / STOP_FILE, json.dumps(order).encode())
 
 
@@ -286,8 +292,14 @@ def _stop_order(run_dir: Path, default_grace: float) -> _Stop:
     try:
         order = json.loads(_read_trusted(run_dir / STOP_FILE))
         grace = order.get("grace_s")
-        return _Stop(parse_signal(order["signal"]).number, bool(order.get("batch_only")),
-                     default_grace if grace is None else max(0.0, float(grace)))
+        stop = _Stop(parse_signal(order["signal"]).number, bool(order.get("batch_only")),
+                     default_grace if grace is None else max(0.0, float(grace)),
+                     no_kill=order.get("no_kill") is True)
+        if stop.no_kill:
+            # Used once: a later SIGTERM without a fresh order must stop the job, not signal it.
+            with contextlib.suppress(OSError):
+                (run_dir / STOP_FILE).unlink()
+        return stop
     except FileNotFoundError:
         return default
     except (OSError, ValueError, TypeError, KeyError, AttributeError, GqError) as exc:
