@@ -5,6 +5,7 @@ another node run) by a veth pair; the partition is the namespace's end of the pa
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -57,6 +58,8 @@ def _ip(*args: str) -> None:
 def net() -> Iterator[Net]:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root (CI runs as root)")
+    if shutil.which("ip") is None:
+        pytest.skip("network namespaces need iproute2's ip (.ci/run installs it)")
     tag = os.getpid() % 100_000
     net = Net(ns=f"gqf{tag}", host_if=f"gqh{tag}", ns_if=f"gqn{tag}",
               host_addr=f"10.231.{tag % 250}.1", ns_addr=f"10.231.{tag % 250}.2")
