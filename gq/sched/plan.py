@@ -97,7 +97,7 @@ class _Pass:
         fits_now: dict[tuple[object, ...], bool] = {}
         tried, waiting = [], []
         aged_before = self.now - self.policy.reserve_age_s
-        preempts, explain = self.policy.preemptors, self.policy.explain
+        preempts = self.policy.preemptors
         for job in rest:
             fits = fits_now.get(job.shape)
             if fits is None:
@@ -115,8 +115,8 @@ class _Pass:
         needy = []
         for key in heap:
             job = key[-1]
-            # _needs_work(job, False), or a sharing job, which needs no free GPU to start
-            if (explain and job.submit_time <= aged_before) or job.qos in preempts or job.share:
+            # A sharing job needs no free GPU to start.
+            if job.share or self._needs_work(job, False):
                 needy.append(key)
             else:
                 waiting.append(job)
