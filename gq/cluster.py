@@ -77,29 +77,53 @@ def _free_port() -> int:
 
 
 def write_config(layout: Layout) -> config_mod.Config:
-    """The cluster's config, created on first use (its ports then stay fixed across restarts)."""
+    """The cluster's config, created on first use (its ports then stay fixed across restarts).
+    A config written by an older `gq up` gets the personal settings it lacks (keys, metrics,
+    owner), which would otherwise fall back to a system cluster's."""
     if layout.config.exists():
-        return config_mod.load(layout.config)
+        cfg = config_mod.load(layout.config)
+        given = config_mod.read_toml(layout.config)
+        missing = [(section, key) for section, key in _PERSONAL
+                   if key not in given.get(section, {})]
+        if missing:
+            personal = _personal(layout)
+            for section, key in missing:
+                setattr(getattr(cfg, section), key, getattr(getattr(personal, section), key))
+            layout.config.write_text(config_mod.to_toml(cfg))
+        return cfg
     cfg = config_mod.Config()
     node_ep = f"tcp://127.0.0.1:{_free_port()}"
     cfg.head.state_dir = str(layout.root / "head")
     cfg.head.client_endpoints = [f"ipc://{layout.runtime / 'gqd.sock'}",
                                  f"tcp://127.0.0.1:{_free_port()}"]
     cfg.head.node_endpoint = node_ep
-    # Any free port, so that several users' clusters on one host never clash; gqd writes the one
-    # it got to its state directory (`metrics_addr` below).
-    cfg.head.metrics_addr = "127.0.0.1:0"
     cfg.node.head = node_ep
     cfg.node.state_dir = str(layout.root / "nodes" / "{name}")
     cfg.auth.admins = [_me()]
+    personal = _personal(layout)
+    for section, key in _PERSONAL:
+        setattr(getattr(cfg, section), key, getattr(getattr(personal, section), key))
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(config_mod.to_toml(cfg))
+    cfg.path = str(layout.config)
+    return cfg
+
+
+#: Settings in which a personal cluster differs from a system one, beyond its paths and ports.
+_PERSONAL = (("head", "metrics_addr"), ("auth", "owner"), ("auth", "allow_root_jobs"),
+             ("auth", "key_dir"))
+
+
+def _personal(layout: Layout) -> config_mod.Config:
+    cfg = config_mod.Config()
+    # Any free port, so that several users' clusters on one host never clash; gqd writes the one
+    # it got to its state directory.
+    cfg.head.metrics_addr = "127.0.0.1:0"
     # Only the owner may talk to it (the kernel's uid), and its jobs run as the owner anyway:
     # root's personal cluster runs root's jobs.
     cfg.auth.owner = _me()
     cfg.auth.allow_root_jobs = os.getuid() == 0
     cfg.auth.key_dir = str(layout.keys)
-    layout.root.mkdir(parents=True, exist_ok=True)
-    layout.config.write_text(config_mod.to_toml(cfg))
-    cfg.path = str(layout.config)
     return cfg
 
 

@@ -188,11 +188,15 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
         if path or os.environ.get("GQ_CONFIG"):
             raise ConfigError(f"config file {chosen} does not exist")
         return Config(path="")
+    return from_dict(read_toml(chosen), str(chosen))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A config file's tables as written (to tell which keys it sets), or ConfigError."""
     try:
-        data = tomllib.loads(chosen.read_text())
+        return tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{chosen}: {exc}") from None
-    return from_dict(data, str(chosen))
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:

@@ -347,3 +347,26 @@ def test_gqnode_killed_and_restarted_reports_true_exit_codes_once(cluster: LiveC
     for job_id in ids.values():
         assert (cluster.work / f"runs.{job_id}").read_text() == "run\n", "a job ran twice"
 
+
+
+def test_gq_up_gives_an_older_personal_config_the_settings_it_lacks(tmp_path) -> None:
+    # A gq.toml from before keys, owner and metrics existed: without them gqd would look for
+    # keys in /etc/gq/keys and bind the system metrics port.
+    from gq import config as config_mod
+    from gq.cluster import Layout, write_config
+    layout = Layout(root=tmp_path / "state", runtime=tmp_path / "run")
+    cfg = write_config(layout)
+    text = config_mod.to_toml(cfg)
+    old = "\n".join(line for line in text.splitlines()
+                    if not line.startswith(("key_dir", "owner", "allow_root_jobs",
+                                            "metrics_addr")))
+    assert "key_dir" not in old and "metrics_addr" not in old and "owner" not in old
+    layout.config.write_text(old)
+    upgraded = write_config(layout)
+    assert upgraded.auth.key_dir == str(layout.keys)
+    assert upgraded.head.metrics_addr == "127.0.0.1:0"
+    assert upgraded.auth.owner == cfg.auth.owner
+    # Written back, and what the file did set is kept.
+    again = config_mod.load(layout.config)
+    assert again.auth.key_dir == str(layout.keys)
+    assert again.head.node_endpoint == cfg.head.node_endpoint
