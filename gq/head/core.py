@@ -366,9 +366,7 @@ class Head:
             if job.reason not in STOPPING:
                 job.reason = REQUEUED
                 self.store.update_job(job, "reason")
-                for node in job.alloc:
-                    self.outbox_nodes.append((node, protocol.encode(
-                        protocol.KILL, job_id=job.id, restart=job.restart_count, signal="TERM")))
+                self._send_kill(job.alloc, job.id, job.restart_count, "TERM")
             return
         if job.holds_alloc:
             raise RefusedError(f"job {job.ref} is still stopping on its node(s); try again")
@@ -434,10 +432,8 @@ class Head:
         if job.reason in STOPPING:
             # Its stop order must not be overwritten by a signal-only one.
             raise RefusedError(f"job {job.ref} is being stopped ({job.reason})")
-        for node in job.alloc:
-            self.outbox_nodes.append((node, protocol.encode(
-                protocol.KILL, job_id=job.id, restart=job.restart_count, signal=name,
-                batch_only=batch_only, no_kill=True)))
+        self._send_kill(job.alloc, job.id, job.restart_count, name, batch_only=batch_only,
+                        no_kill=True)
 
     def cancel(self, job: Job, now: float) -> None:
         if job.state.terminal:
@@ -445,9 +441,7 @@ class Head:
         was_running = job.state == JobState.RUNNING
         self._finish(job, JobState.CANCELLED, now, exit_code=None)
         if was_running:
-            for node in job.alloc:
-                self.outbox_nodes.append((node, protocol.encode(
-                    protocol.KILL, job_id=job.id, restart=job.restart_count, signal="TERM")))
+            self._send_kill(job.alloc, job.id, job.restart_count, "TERM")
 
     def _req_queue(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         states = set(msg.get("states") or [])
@@ -635,8 +629,7 @@ class Head:
                 self.launches[job_id].confirmed.add(name)
             else:
                 # Not ours to run (cancelled, requeued, forgotten): stop it on the node.
-                self.outbox_nodes.append((name, protocol.encode(
-                    protocol.KILL, job_id=job_id, restart=restart, signal="KILL")))
+                self._send_kill([name], job_id, restart, "KILL")
         for job in self._running_on(name):
             launch = self.launches[job.id]
             if (job.id, job.restart_count) not in running and name in launch.confirmed \
@@ -700,9 +693,8 @@ class Head:
                 state, code = failed[0] if failed else (JobState.COMPLETED.value, 0)
                 self._finish(job, JobState(state) if state in JobState.__members__
                              else JobState.FAILED, now, exit_code=code)
-                for other in launch.holding:  # a gang job ends with its first failed rank
-                    self.outbox_nodes.append((other, protocol.encode(
-                        protocol.KILL, job_id=job.id, restart=job.restart_count, signal="TERM")))
+                # A gang job ends with its first failed rank.
+                self._send_kill(launch.holding, job.id, job.restart_count, "TERM")
         if not launch.holding:
             self._release(job)
 
@@ -784,9 +776,7 @@ class Head:
         """The job's run cannot go on (a node is down or unhealthy): kill what is left of it on
         every node, at once or when a node comes back (a gang job's other ranks too), and free
         its GPUs; then requeue it as a new run, or end it NODE_FAIL."""
-        for name in job.alloc:
-            self.outbox_nodes.append((name, protocol.encode(
-                protocol.KILL, job_id=job.id, restart=job.restart_count, signal="KILL")))
+        self._send_kill(job.alloc, job.id, job.restart_count, "KILL")
         self.launches.pop(job.id, None)
         job.holds_alloc = False
         self._node_failed(job, now)
@@ -877,10 +867,15 @@ class Head:
         log.info("preempting job %d for job %d (SIG%s, grace %gs)", victim.id, for_job, name, grace)
         victim.reason = PREEMPTED
         self.store.update_job(victim, "reason")
-        for node in victim.alloc:
+        self._send_kill(victim.alloc, victim.id, victim.restart_count, name,
+                        batch_only=bool(sig and sig.batch_only), grace_s=grace)
+
+    def _send_kill(self, nodes: Iterable[str], job_id: int, restart: int, signal: str,
+                   **extra: Any) -> None:
+        """Order each of `nodes` to stop run `restart` of the job (sent after the commit)."""
+        for node in nodes:
             self.outbox_nodes.append((node, protocol.encode(
-                protocol.KILL, job_id=victim.id, restart=victim.restart_count, signal=name,
-                batch_only=bool(sig and sig.batch_only), grace_s=grace)))
+                protocol.KILL, job_id=job_id, restart=restart, signal=signal, **extra)))
 
     def _running_views(self) -> tuple[RunningJob, ...]:
         return tuple(RunningJob(id=j.id, qos=j.spec.qos or defaults.DEFAULT_QOS,
