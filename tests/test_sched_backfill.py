@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from hypothesis import given, settings
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from gq.model import Gpu
 from gq.sched import (NodeView, PendingJob, Policy, RunningJob, Snapshot, plan)
+from gq.sched.priority import Ranking, order, priorities
 
 NOW = 1_000_000.0
 POLICY = Policy(qos_priority={"normal": 10, "pro": 100, "free": 1}, preempts={"pro": ("free",)},
@@ -64,6 +66,19 @@ def test_short_job_backfills_before_the_reservation_long_one_waits() -> None:
     (short_node,) = started[11]
     assert short_node not in res.alloc or NOW + 300 <= res.start
     assert p.reasons[12] == "Priority"
+
+
+def test_backfill_breaks_a_size_tie_by_priority() -> None:
+    """Jobs of equal size (GPUs x limit) backfill by priority; here the later-submitted one has
+    the higher priority (nice), so neither submit order nor id order would pick it."""
+    runs = (running(1, {"n1": tuple(range(7))}, 0, 36000), running(2, {"n2": tuple(range(8))}, 0, 36000))
+    big = dataclasses.replace(pending(10, 8, age=100), nice=50_000)
+    low, high = pending(11, 1, limit=600), dataclasses.replace(pending(12, 1, limit=600), nice=300)
+    for policy in (POLICY, dataclasses.replace(POLICY, explain=False)):
+        p = plan(snapshot(runs, (big, low, high)), NOW, policy)
+        assert [s.job_id for s in p.starts] == [12]
+        assert 10 in p.reservations
+        assert p.reasons.get(11) == ("Priority" if policy.explain else None)
 
 
 def test_later_jobs_may_use_reserved_gpus_only_until_the_reservation() -> None:
@@ -197,3 +212,43 @@ def test_no_plan_overallocates_or_lets_anything_overlap_a_reservation(state: Sna
     assert decided == set(pending), "every pending job starts or has a reason"
     running_ids = {r.id for r in state.running}
     assert {x.victim for x in p.preemptions} <= running_ids
+
+
+@settings(max_examples=150, deadline=None)
+@given(states(), st.sampled_from([0, 1, 4]), st.booleans())
+def test_ranking_only_what_decides_changes_no_decision(state: Snapshot, depth: int,
+                                                       fair: bool) -> None:
+    """Without `explain`, a pass computes priorities only where they decide the order (aged
+    jobs first by age, ties in backfill size): it must start and preempt exactly what the pass
+    that ranks every job does, in the same order."""
+    usage = {"u0": 5000.0, "u1": 10.0} if fair else {}
+    jobs = tuple(dataclasses.replace(j, user=f"u{j.id % 3}", nice=(j.id * 37) % 200)
+                 for j in state.pending)
+    state = dataclasses.replace(state, pending=jobs, usage=usage)
+    policy = Policy(qos_priority={"normal": 10, "pro": 100, "free": 1}, reserve_depth=depth,
+                    preempts={"pro": ("free",)}, weight_fairshare=500 if fair else 0)
+    full = plan(state, NOW, policy)
+    lazy = plan(state, NOW, dataclasses.replace(policy, explain=False))
+    assert lazy.starts == full.starts
+    assert lazy.preemptions == full.preemptions
+    assert set(full.priorities) == {j.id for j in jobs}
+    assert all(full.priorities[i] == p for i, p in lazy.priorities.items())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["normal", "pro", "free"]),
+                          # ages around reserve_age_s (48 h): aged jobs go by age, others by priority
+                          st.sampled_from([0, 50, 3600, 90_000, 172_800, 180_000, 250_000, 400_000]),
+                          st.sampled_from([0, 60, 3600, 86400]), st.integers(0, 500)),
+                min_size=1, max_size=30))
+def test_ranking_takes_jobs_in_priority_order(drawn: list[tuple[str, int, int, int]]) -> None:
+    """Ranking (priorities computed only when reached) yields exactly `order` (all computed)."""
+    jobs = tuple(PendingJob(id=i, qos=qos, submit_time=NOW - age, time_limit_s=limit, nice=nice)
+                 for i, (qos, age, limit, nice) in enumerate(drawn))
+    ranking = Ranking(jobs, NOW, POLICY,
+                      lambda some: dict(zip([j.id for j in some], priorities(some, NOW, POLICY))))
+    taken = []
+    while (job := ranking.next()) is not None:
+        taken.append(job)
+    assert taken == [j for _, j in order(jobs, NOW, POLICY)]
+    assert ranking.rest() == []

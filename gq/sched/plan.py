@@ -15,9 +15,10 @@ import math
 from gq.model import Gpu
 from gq.sched import placement
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
-from gq.sched.priority import order
+from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
-from gq.sched.types import PendingJob, Plan, Policy, Preempt, Reservation, Snapshot, Start
+from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, Snapshot,
+                             Start)
 
 #: Pending reasons, Slurm's names.
 RESOURCES = "Resources"
@@ -40,8 +41,8 @@ class _Pass:
         self.result = Plan()
         # Shape -> smallest time limit that could not start now: a longer or equal one cannot
         # either, since bookings only grow during a pass. Jobs of one shape are tried once.
-        self.failed_now: dict[tuple[object, ...], float] = {}
-        self.never: dict[tuple[object, ...], bool] = {}
+        self.failed_now: dict[Shape, float] = {}
+        self.never: dict[Shape, bool] = {}
         # Nodes grouped by their GPU tuple, so "could any node ever hold this shape" is asked
         # once per tuple (the simulator shares one among all nodes; hashing GPUs costs more).
         self.kinds: dict[int, tuple[tuple[Gpu, ...], int]] = {}
@@ -93,35 +94,34 @@ class _Pass:
             for *_, job in sorted(self._keyed(rest)):
                 self.consider(job, may_reserve=False)
             return
-        room = self.profile.room_now()
-        fits_now: dict[tuple[object, ...], bool] = {}
-        tried, waiting = [], []
+        fits = _FitsNow(self.profile.room_now())
         aged_before = self.now - self.policy.reserve_age_s
-        preempts = self.policy.preemptors
-        for job in rest:
-            fits = fits_now.get(job.shape)
-            if fits is None:
-                fits = fits_now[job.shape] = job.share or (
-                    job.nodes <= len(room) and room[job.nodes - 1] >= job.gpus)
-            # (aged, or _needs_work(job, False): an aged job may reserve while GPUs are free)
-            if fits or job.submit_time <= aged_before or job.qos in preempts:
-                tried.append(job)
-            else:
-                waiting.append(job)
-        heap = self._keyed(tried)
+        preempts, tier = self.policy.preemptors, self.policy.qos_priority
+        explain = self.policy.explain
+        # Ordered by tier and size; the priority that breaks a tie is computed only for jobs
+        # that tie (_next_smallest). Ids are unique, so a comparison never reaches the job.
+        # (Aged, or _needs_work(job, False): an aged job may reserve while GPUs are free.)
+        heap = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest
+                if fits[j.shape] or j.submit_time <= aged_before or j.qos in preempts]
+        tried = {key[2] for key in heap} if explain else set()
+        waiting = [job for job in rest if job.id not in tried] if explain else []
         heapq.heapify(heap)
-        while heap and self.profile.any_free_now():
-            self.consider(heapq.heappop(heap)[-1], may_reserve=False)
-        needy = []
-        for key in heap:
-            job = key[-1]
-            # A sharing job needs no free GPU to start.
-            if job.share or self._needs_work(job, False):
-                needy.append(key)
-            else:
-                waiting.append(job)
-        for *_, job in sorted(needy):
+        ties: list[PendingJob] = []  # a run of equal (tier, area) taken off the heap, in order
+        while (heap or ties) and self.profile.any_free_now():
+            self.consider(self._next_smallest(heap, ties), may_reserve=False)
+        if not (explain or preempts or any(shape.share for shape in fits)):
+            return  # nothing left could start, reserve or preempt; nobody reads reasons
+        left = [*ties, *(key[-1] for key in heap)]
+        # A sharing job needs no free GPU to start; the others as in _needs_work(job, False),
+        # written out: this runs for most of the queue.
+        needy = [j for j in left
+                 if j.share or j.qos in preempts or (explain and j.submit_time <= aged_before)]
+        for *_, job in sorted(self._keyed(needy)):
             self.consider(job, may_reserve=False)
+        if not explain:
+            return  # the rest only get their reason, and without explain nobody reads it
+        looked_at = {job.id for job in needy}
+        waiting += [job for job in left if job.id not in looked_at]
         # The rest wait: they are not first (self.blocked holds the reserved job), so Priority,
         # unless no node could ever hold them.
         by_shape = {job.shape: job for job in waiting}
@@ -135,14 +135,37 @@ class _Pass:
     def _keyed(self, jobs: list[PendingJob]) -> list[tuple[object, ...]]:
         """Sort keys of the backfill order, each ending with its job (ids are unique, so a
         comparison never reaches the job itself)."""
-        tier, prios = self.policy.qos_priority, self.result.priorities
+        tier, prios = self.policy.qos_priority, self.rank(jobs)
         return [(-tier.get(j.qos, 0), j.area, -prios[j.id], j.id, j) for j in jobs]
+
+    def _next_smallest(self, heap: list[tuple[object, ...]], ties: list[PendingJob]) -> PendingJob:
+        """The next job in backfill order from `heap` (keyed tier, area, id), taking a run of
+        jobs that tie on tier and area off it into `ties` in priority order."""
+        if ties:
+            return ties.pop()
+        first = heapq.heappop(heap)
+        if not heap or heap[0][0] != first[0] or heap[0][1] != first[1]:
+            return first[-1]
+        run = [first]
+        while heap and heap[0][0] == first[0] and heap[0][1] == first[1]:
+            run.append(heapq.heappop(heap))
+        ties.extend(key[-1] for key in sorted(self._keyed([key[-1] for key in run]), reverse=True))
+        return ties.pop()
+
+    def rank(self, jobs: list[PendingJob]) -> dict[int, int]:
+        """Priorities of `jobs` (and all computed before), computing the missing ones."""
+        prios = self.result.priorities
+        missing = [j for j in jobs if j.id not in prios]
+        if missing:
+            prios.update(zip([j.id for j in missing],
+                             priorities(missing, self.now, self.policy, self.state.usage)))
+        return prios
 
     def _wait(self, job: PendingJob) -> None:
         self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
         self.blocked.append(job)
 
-    def _never_fits(self, job: PendingJob, shape: tuple[object, ...]) -> bool:
+    def _never_fits(self, job: PendingJob, shape: Shape) -> bool:
         never = self.never.get(shape)
         if never is None:
             never = self.never[shape] = sum(count for gpus, count in self.kinds.values()
@@ -159,16 +182,33 @@ class _Pass:
             or job.qos in self.policy.preemptors
 
 
+class _FitsNow(dict[Shape, bool]):
+    """Shape -> whether enough nodes have enough free GPUs for it to start now (a sharing job
+    needs none free): necessary, not sufficient. Filled on first lookup, so a pass over the
+    queue pays one dict lookup per job; free GPUs only get fewer in a pass."""
+
+    def __init__(self, room: list[int]) -> None:
+        super().__init__()
+        self.room = room  # free GPUs per schedulable node, most first
+
+    def __missing__(self, shape: Shape) -> bool:
+        room = self.room
+        fits = self[shape] = shape.share or (shape.nodes <= len(room)
+                                             and room[shape.nodes - 1] >= shape.gpus)
+        return fits
+
+
 def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     run = _Pass(state, now, policy)
-    ranked = order(state.pending, now, policy, state.usage)
-    run.result.priorities = {job.id: prio for prio, job in ranked}
+    if policy.explain:  # every job's priority is shown; otherwise only those that decide something
+        run.rank(list(state.pending))
+    ranked = Ranking(state.pending, now, policy, run.rank)
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
     rest: list[PendingJob] = []
-    for i, (_, job) in enumerate(ranked):
+    while (job := ranked.next()) is not None:
         if len(run.blocked) >= policy.reserve_depth and policy.backfill_smallest_first:
-            rest = [j for _, j in ranked[i:]]
+            rest = [job, *ranked.rest()]
             break
         run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)
     run.backfill(rest)

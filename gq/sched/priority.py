@@ -12,7 +12,8 @@ priority.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 
 from gq.sched.types import PendingJob, Policy
 
@@ -45,15 +46,21 @@ def priority(job: PendingJob, now: float, policy: Policy,
     return sum(factors(job, now, policy, usage, sum(usage.values()), len(usage)).values())
 
 
-def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
-          usage: Mapping[str, float] | None = None) -> list[tuple[int, PendingJob]]:
-    """Jobs with their priority, in the order a pass considers them (module docstring)."""
+def priorities(jobs: Sequence[PendingJob], now: float, policy: Policy,
+               usage: Mapping[str, float] | None = None) -> list[int]:
+    """`priority` of each job, in one loop."""
     usage = usage or {}
     total, users = sum(usage.values()), len(usage)
     if policy.weight_fairshare and total > 0:
-        prios = [sum(factors(j, now, policy, usage, total, users).values()) for j in jobs]
-    else:  # the common case, without a dict per job: this runs for the whole queue every pass
-        prios = _fast_priorities(jobs, now, policy)
+        return [sum(factors(j, now, policy, usage, total, users).values()) for j in jobs]
+    # The common case, without a dict per job.
+    return _fast_priorities(jobs, now, policy)
+
+
+def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
+          usage: Mapping[str, float] | None = None) -> list[tuple[int, PendingJob]]:
+    """Jobs with their priority, in the order a pass considers them (module docstring)."""
+    prios = priorities(jobs, now, policy, usage)
     tier = policy.qos_priority
     aged_before = now - policy.reserve_age_s
     # Sort plain tuples: tier, aged-first (oldest first), then priority. Ids are unique, so a
@@ -65,7 +72,60 @@ def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
     return [(k[-2], k[-1]) for k in keyed]
 
 
-def _fast_priorities(jobs: tuple[PendingJob, ...], now: float, policy: Policy) -> list[int]:
+_by_age = attrgetter("submit_time", "id")
+
+
+class Ranking:
+    """The jobs of `order`, in its order, with priorities computed only where they decide it.
+
+    A pass usually takes only the first few jobs in this order (until `reserve_depth` are
+    blocked); the rest are backfilled in an order of their own. Aged jobs go oldest first, so a
+    tier's younger jobs are ranked by priority only once the pass reaches them. Priorities
+    come from `rank`, which returns a mapping from job id to priority that covers the jobs given.
+    """
+
+    def __init__(self, jobs: Sequence[PendingJob], now: float, policy: Policy,
+                 rank: Callable[[list[PendingJob]], Mapping[int, int]]) -> None:
+        self.rank = rank
+        tier = policy.qos_priority
+        tiers = sorted({tier.get(q, 0) for q in {j.qos for j in jobs}}, reverse=True)
+        aged_before = now - policy.reserve_age_s
+        #: Per tier, highest first: its aged jobs (sorted), then its young ones (ranked when
+        #: reached). `ranked[i]` says whether parts[i] is in order yet.
+        self.parts: list[list[PendingJob]] = []
+        self.ranked: list[bool] = []
+        for t in tiers:
+            members = jobs if len(tiers) == 1 else [j for j in jobs if tier.get(j.qos, 0) == t]
+            aged = [j for j in members if j.submit_time <= aged_before]
+            aged.sort(key=_by_age)
+            young = [j for j in members if j.submit_time > aged_before]
+            self.parts += [aged, young]
+            self.ranked += [True, False]
+        self.part, self.at = 0, 0
+
+    def next(self) -> PendingJob | None:
+        """The next job in order, or None when all have been taken."""
+        while self.part < len(self.parts):
+            part = self.parts[self.part]
+            if self.at < len(part):
+                if not self.ranked[self.part]:
+                    prios = self.rank(part)
+                    part.sort(key=lambda j: (-prios[j.id], j.submit_time, j.id))
+                    self.ranked[self.part] = True
+                self.at += 1
+                return part[self.at - 1]
+            self.part, self.at = self.part + 1, 0
+        return None
+
+    def rest(self) -> list[PendingJob]:
+        """The jobs not taken yet, in no particular order."""
+        rest = self.parts[self.part][self.at:] if self.part < len(self.parts) else []
+        for part in self.parts[self.part + 1:]:
+            rest += part
+        return rest
+
+
+def _fast_priorities(jobs: Sequence[PendingJob], now: float, policy: Policy) -> list[int]:
     """`priority` of every job when fair share contributes its full weight to everyone (no usage
     yet): the same sum, computed in one loop with the policy's figures in locals."""
     qos_points = {q: p * policy.weight_qos for q, p in policy.qos_priority.items()}

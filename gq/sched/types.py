@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from gq.model import Gpu
 
@@ -24,6 +25,18 @@ class NodeView:
     mem_free: int = 0
     #: False for DOWN and DRAIN nodes: they take no new work.
     schedulable: bool = True
+
+
+class Shape(NamedTuple):
+    """A pending job's request apart from its time limit (`PendingJob.shape`)."""
+
+    nodes: int
+    gpus: int
+    gpu_type: str | None
+    gpu_mem: int | None
+    cpus: int
+    mem: int
+    share: bool
 
 
 @dataclass(frozen=True)
@@ -50,10 +63,10 @@ class PendingJob:
     # Computed once per job object (the simulator keeps its objects between passes): a pass
     # reads them for every queued job.
     @cached_property
-    def shape(self) -> tuple[object, ...]:
+    def shape(self) -> Shape:
         """What placement depends on besides the time limit: jobs of one shape fit alike."""
-        return (self.nodes, self.gpus, self.gpu_type, self.gpu_mem, self.cpus, self.mem,
-                self.share)
+        return Shape(self.nodes, self.gpus, self.gpu_type, self.gpu_mem, self.cpus, self.mem,
+                     self.share)
 
     @cached_property
     def area(self) -> float:
@@ -118,9 +131,10 @@ class Policy:
     #: QOS -> the nodes it owns (its guaranteed pool). Jobs of other QOS may borrow them while
     #: no job of the owner waits, and are preempted when one needs them back.
     pools: dict[str, frozenset[str]] = field(default_factory=dict)
-    #: Also reserve when nothing is free now, only to tell users when jobs should start (the
-    #: daemon wants that for `gq show`; decisions are the same either way, so the simulator
-    #: turns it off).
+    #: Work done only to tell users about their jobs: reserve when nothing is free now (when
+    #: jobs should start), and give every pending job its priority and reason. The daemon wants
+    #: that for `gq show`; decisions are the same either way, so the simulator turns it off and
+    #: gets only the priorities and reasons the pass needed.
     explain: bool = True
 
     @cached_property
