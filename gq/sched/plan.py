@@ -49,6 +49,8 @@ class _Pass:
         for n in state.nodes:
             self.kinds[id(n.gpus)] = (n.gpus, self.kinds.get(id(n.gpus), (n.gpus, 0))[1] + 1)
         self.blocked: list[PendingJob] = []
+        #: QOS of the pending jobs.
+        self.queued_qos: set[str] = set()
 
     def consider(self, job: PendingJob, may_reserve: bool) -> None:
         """Start `job` now if that delays no reservation; else give its reason (and maybe a
@@ -96,8 +98,10 @@ class _Pass:
             return
         fits = _FitsNow(self.profile.room_now())
         aged_before = self.now - self.policy.reserve_age_s
-        preempts, tier = self.policy.preemptors, self.policy.qos_priority
-        explain = self.policy.explain
+        # (Only preemptors with jobs in the queue: most passes have none, and then the jobs
+        # left once nothing is free need no second look.)
+        preempts = self.policy.preemptors & self.queued_qos
+        tier, explain = self.policy.qos_priority, self.policy.explain
         # Ordered by tier and size; the priority that breaks a tie is computed only for jobs
         # that tie (_next_smallest). Ids are unique, so a comparison never reaches the job.
         # (Aged, or _needs_work(job, False): an aged job may reserve while GPUs are free.)
@@ -203,6 +207,7 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     if policy.explain:  # every job's priority is shown; otherwise only those that decide something
         run.rank(list(state.pending))
     ranked = Ranking(state.pending, now, policy, run.rank)
+    run.queued_qos = ranked.qos
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
     rest: list[PendingJob] = []
@@ -248,7 +253,8 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
         if victims is None:
             victims = Victims(state, now, policy)
         chosen = victims.choose(job, set(victim_qos), pool,
-                                lambda name: profile.pool_rank(name, job) is not None)
+                                (lambda name: profile.pool_rank(name, job) is not None)
+                                if policy.pools else None)  # (without pools every node is usable)
         if chosen:
             result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in chosen)
         else:

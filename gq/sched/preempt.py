@@ -32,6 +32,11 @@ class Victims:
         for runs in self.by_node.values():
             runs.sort(key=lambda c: c[:2])
         self.taken: set[int] = set()
+        # Filled on first need and kept for the pass: choose() runs for up to MAX_PREEMPTORS
+        # blocked jobs, each looking at every node.
+        self._free: dict[tuple[object, ...], int] = {}
+        self._roomy_nodes: dict[tuple[object, ...], list[str]] = {}
+        self._candidates: dict[tuple[object, ...], dict[str, list[tuple[float, RunningJob]]]] = {}
 
     def choose(self, job: PendingJob, victim_qos: set[str], pool: frozenset[str] = frozenset(),
                usable: Callable[[str], bool] | None = None) -> list[int]:
@@ -39,18 +44,20 @@ class Victims:
         `victim_qos`, and on the nodes of `pool` (the job's QOS's own) any other QOS's, which
         borrowed them. Only nodes `usable` by the job are looked at."""
         options: list[tuple[float, str, list[int]]] = []
-        for name, node in self.nodes.items():
+        candidates = self._victims_of(job.qos, victim_qos, pool)
+        # Only nodes with victims, or with enough free GPUs (an option that costs nothing).
+        for name in {**candidates, **dict.fromkeys(self._roomy(job))}:
             if usable is not None and not usable(name):
                 continue
+            free = self._free_matching(name, job)
+            runs = candidates.get(name, ())
             gpus = self.gpus[name]
-            free = sum(1 for g in node.free if _matches(gpus, job, g))
             chosen: list[int] = []
             cost = 0.0
-            for run_cost, _, run in self.by_node.get(name, ()):
+            for run_cost, run in runs:
                 if free >= job.gpus:
                     break
-                if run.id in self.taken or (run.qos not in victim_qos
-                                            and (name not in pool or run.qos == job.qos)):
+                if run.id in self.taken:
                     continue
                 gained = sum(1 for g in run.alloc[name] if _matches(gpus, job, g))
                 if gained:
@@ -66,6 +73,37 @@ class Victims:
         victims = list(dict.fromkeys(v for _, _, chosen in options[:job.nodes] for v in chosen))
         self.taken.update(victims)
         return victims
+
+    def _roomy(self, job: PendingJob) -> list[str]:
+        """Nodes with enough free GPUs matching the job for one rank, victims or not."""
+        key = (job.gpu_type, job.gpu_mem, job.gpus)
+        found = self._roomy_nodes.get(key)
+        if found is None:
+            found = self._roomy_nodes[key] = [name for name in self.nodes
+                                       if self._free_matching(name, job) >= job.gpus]
+        return found
+
+    def _free_matching(self, name: str, job: PendingJob) -> int:
+        key = (name, job.gpu_type, job.gpu_mem)
+        free = self._free.get(key)
+        if free is None:
+            gpus = self.gpus[name]
+            free = self._free[key] = sum(1 for g in self.nodes[name].free if _matches(gpus, job, g))
+        return free
+
+    def _victims_of(self, qos: str, victim_qos: set[str],
+                    pool: frozenset[str]) -> dict[str, list[tuple[float, RunningJob]]]:
+        """Per node, the running jobs a job of `qos` may take GPUs from, cheapest first."""
+        key = (qos, frozenset(victim_qos), pool)
+        found = self._candidates.get(key)
+        if found is None:
+            found = self._candidates[key] = {}
+            for name, runs in self.by_node.items():
+                usable = [(cost, run) for cost, _, run in runs
+                          if run.qos in victim_qos or (name in pool and run.qos != qos)]
+                if usable:
+                    found[name] = usable
+        return found
 
 
 def _matches(gpus: dict[int, Gpu], job: PendingJob, gpu_index: int) -> bool:

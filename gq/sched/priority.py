@@ -88,7 +88,9 @@ class Ranking:
                  rank: Callable[[list[PendingJob]], Mapping[int, int]]) -> None:
         self.rank = rank
         tier = policy.qos_priority
-        tiers = sorted({tier.get(q, 0) for q in {j.qos for j in jobs}}, reverse=True)
+        #: The QOS of the jobs.
+        self.qos = {j.qos for j in jobs}
+        tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
         aged_before = now - policy.reserve_age_s
         #: Per tier, highest first: its aged jobs (sorted), then its young ones (ranked when
         #: reached). `ranked[i]` says whether parts[i] is in order yet.

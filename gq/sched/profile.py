@@ -130,7 +130,7 @@ class Profile:
         # No node can start the job before its `gpus`-th GPU first comes free: visit nodes by
         # that bound and stop once it cannot beat the best start found.
         bounds = self._bounds(job)
-        bounds.sort(key=_bound_key)
+        bounds.sort()  # by bound, then rank (unique: a comparison never reaches the node)
         best: tuple[float, int, NodeProfile, list[int]] | None = None
         for bound, rank, node, matching in bounds:
             if best is not None and (bound, rank) >= best[:2]:
@@ -291,10 +291,6 @@ def _first_free(intervals: list[tuple[float, float]], now: float) -> float:
         if end > t:
             t = end
     return t
-
-
-def _bound_key(bound: tuple[float, int, NodeProfile, list[int]]) -> tuple[float, int]:
-    return bound[0], bound[1]
 
 
 def _future_load(node: NodeProfile, start: float) -> int:
