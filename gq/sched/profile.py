@@ -8,7 +8,7 @@ for 1-GPU jobs, the profile is kept per GPU, so small jobs can be planned around
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -82,14 +82,20 @@ class Profile:
         self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
         self._match_cache: dict[tuple[object, ...], list[int]] = {}
         self._open_cache: dict[tuple[object, ...], list[tuple[int, NodeProfile, list[int]]]] = {}
+        self._bound_cache: dict[tuple[object, ...], _Bounds] = {}
+        #: Names of the nodes booked in this pass, in order (they invalidate kept bounds).
+        self._booked: list[str] = []
+        soon = now + 1.0
         for job in running:
             # An overdue job still holds its GPUs; a job being stopped frees them any moment.
-            end = now + 1.0 if job.ending else max(job.end_estimate, now + 1.0)
+            end = soon if job.ending else max(job.end_estimate, soon)
             for name, gpus in job.alloc.items():
                 node = self.nodes.get(name)
-                if node is not None and job.share_mem:
+                if node is None:
+                    continue
+                if job.share_mem:
                     node.take_shared(gpus, now, end, job.share_mem)
-                elif node is not None:
+                else:
                     node.take(gpus, now, end)
         for view in nodes:
             # A GPU the snapshot says is taken but no running job explains (a job still being
@@ -130,7 +136,6 @@ class Profile:
         # No node can start the job before its `gpus`-th GPU first comes free: visit nodes by
         # that bound and stop once it cannot beat the best start found.
         bounds = self._bounds(job)
-        bounds.sort()  # by bound, then rank (unique: a comparison never reaches the node)
         best: tuple[float, int, NodeProfile, list[int]] | None = None
         for bound, rank, node, matching in bounds:
             if best is not None and (bound, rank) >= best[:2]:
@@ -165,20 +170,36 @@ class Profile:
     def _bounds(self, job: PendingJob) -> list[tuple[float, int, NodeProfile, list[int]]]:
         """Per node that could take a rank of `job`, the earliest time it could: when its
         `gpus`-th matching GPU first comes free (a lower bound: it may be booked again later);
-        with the node's rank in order and its matching GPUs."""
-        bounds = []
+        with the node's rank in order and its matching GPUs. Sorted by bound, then rank (unique,
+        so a comparison never reaches the node). Do not change the list: it is kept for the
+        pass, and only the entries of nodes booked since it was last asked for are redone
+        (a pass reserves for up to MAX_RESERVATIONS jobs, mostly of a few shapes)."""
+        key = (job.gpu_type, job.gpu_mem, job.qos, job.gpus)
+        kept = self._bound_cache.get(key)
+        if kept is None:
+            kept = self._bound_cache[key] = _Bounds(
+                {node.view.name: (rank, node, matching)
+                 for rank, node, matching in self._open_nodes(job) if len(matching) >= job.gpus},
+                len(self._booked))
+            for name in kept.nodes:
+                kept.put(name, self._bound(kept, name, job), in_order=False)
+            kept.entries.sort()
+            return kept.entries
+        for name in dict.fromkeys(self._booked[kept.synced:]):
+            if name in kept.nodes:
+                kept.remove(name)
+                kept.put(name, self._bound(kept, name, job))
+        kept.synced = len(self._booked)
+        return kept.entries
+
+    def _bound(self, kept: _Bounds, name: str, job: PendingJob) -> float:
+        _, node, matching = kept.nodes[name]
         key = (job.gpu_type, job.gpu_mem)
-        for rank, node, matching in self._open_nodes(job):
-            if len(matching) < job.gpus:
-                continue
-            firsts = node.firsts.get(key)
-            if firsts is None:
-                firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, ()), self.now)
-                                                   for g in matching)
-            bound = firsts[job.gpus - 1] if job.gpus else self.now
-            if bound < math.inf:
-                bounds.append((bound, rank, node, matching))
-        return bounds
+        firsts = node.firsts.get(key)
+        if firsts is None:
+            firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, ()), self.now)
+                                               for g in matching)
+        return firsts[job.gpus - 1] if job.gpus else self.now
 
     def _open_nodes(self, job: PendingJob) -> list[tuple[int, NodeProfile, list[int]]]:
         """Schedulable nodes the job's QOS may use, in order, with their GPUs matching the
@@ -267,6 +288,7 @@ class Profile:
 
     def book(self, job: PendingJob, alloc: Alloc, start: float) -> None:
         end = start + job.time_limit_s if job.time_limit_s else math.inf
+        self._booked.extend(alloc)
         for name, gpus in alloc.items():
             node = self.nodes[name]
             taken = len(gpus)  # of the GPUs no job held (a sharing job may join held ones)
@@ -280,6 +302,32 @@ class Profile:
                 self._free_total -= taken
                 node.cpus_started += job.cpus
                 node.mem_started += job.mem
+
+
+class _Bounds:
+    """A job shape's start bounds per node, sorted, as `Profile._bounds` keeps them."""
+
+    def __init__(self, nodes: dict[str, tuple[int, NodeProfile, list[int]]], synced: int):
+        #: Node name -> (rank, node, matching GPUs), for the nodes that could take a rank.
+        self.nodes = nodes
+        self.entries: list[tuple[float, int, NodeProfile, list[int]]] = []
+        self.by_name: dict[str, tuple[float, int, NodeProfile, list[int]]] = {}
+        #: How much of Profile._booked the entries reflect.
+        self.synced = synced
+
+    def put(self, name: str, bound: float, in_order: bool = True) -> None:
+        """Add a node's entry (at the end, unsorted, while the list is built)."""
+        if bound < math.inf:
+            entry = self.by_name[name] = (bound, *self.nodes[name])
+            if in_order:
+                insort(self.entries, entry)
+            else:
+                self.entries.append(entry)
+
+    def remove(self, name: str) -> None:
+        entry = self.by_name.pop(name, None)
+        if entry is not None:
+            del self.entries[bisect_left(self.entries, entry)]
 
 
 def _first_free(intervals: list[tuple[float, float]], now: float) -> float:
