@@ -323,15 +323,19 @@ def test_down_cancels_running_jobs_without_starting_queued_ones(cluster: LiveClu
 def test_gqnode_killed_and_restarted_reports_true_exit_codes_once(cluster: LiveCluster) -> None:
     # Jobs on node1 end at different times; gqnode is SIGKILLed before any ends, and restarted
     # after some have ended: all must be reported with their own exit codes, none run twice.
+    # Their clocks start at a file the test writes once gqnode is dead, so a slow submit on a
+    # busy machine cannot let one end before the kill.
     ends = {1: 3, 2: 0, 4: 7, 30: 0}  # seconds -> exit code
     ids = {}
     for secs, code in ends.items():
-        ids[secs] = cluster.submit("--wrap", f"echo run >> runs.$GQ_JOB_ID; sleep {secs}; exit {code}")
+        ids[secs] = cluster.submit("--wrap", f"echo run >> runs.$GQ_JOB_ID; "
+                                   f"while [ ! -e go ]; do sleep 0.05; done; sleep {secs}; exit {code}")
     for job_id in ids.values():
         assert cluster.wait_state(job_id, "RUNNING")["node_list"] == ["node1"]
     wait_for(lambda: all((cluster.work / f"runs.{i}").exists() for i in ids.values()),
              "every job to begin")
     os.kill(cluster.node_pid("node1"), signal.SIGKILL)
+    (cluster.work / "go").touch()
     wait_for(lambda: cluster.show(ids[4])["state"] == "RUNNING" and
              cluster.run_ended("node1", ids[4]), "the 4 s job to end unseen",
              timeout=30)
