@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gq.model import Gpu
 from gq.sched import (NodeView, PendingJob, Policy, RunningJob, Snapshot, plan)
+from gq.sched.types import size_key
 from gq.sched.priority import Ranking, order, priorities
 
 NOW = 1_000_000.0
@@ -252,3 +253,23 @@ def test_ranking_takes_jobs_in_priority_order(drawn: list[tuple[str, int, int, i
         taken.append(job)
     assert taken == [j for _, j in order(jobs, NOW, POLICY)]
     assert ranking.rest() == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(states(), st.sampled_from([0, 1, 4]), st.booleans(), st.booleans())
+def test_backfill_walking_the_callers_size_order_decides_the_same(
+        state: Snapshot, depth: int, explain: bool, limits_tie: bool) -> None:
+    """A caller may hand plan() the pending jobs already in backfill order (Snapshot.by_size,
+    kept by the simulator as jobs come and go); the plan must be exactly the one made without."""
+    if limits_tie:  # many equal sizes: ties broken by priority (nice)
+        state = dataclasses.replace(state, pending=tuple(
+            dataclasses.replace(j, time_limit_s=3600, nice=(j.id * 53) % 300) for j in state.pending))
+    policy = Policy(qos_priority={"normal": 10, "pro": 100, "free": 1}, reserve_depth=depth,
+                    preempts={"pro": ("free",)}, explain=explain)
+    alone = plan(state, NOW, policy)
+    walked = plan(dataclasses.replace(state, by_size=sorted(size_key(j, policy)
+                                                            for j in state.pending)), NOW, policy)
+    assert walked.starts == alone.starts
+    assert walked.preemptions == alone.preemptions
+    assert walked.reservations == alone.reservations
+    assert walked.reasons == alone.reasons

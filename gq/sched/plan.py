@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 from gq.model import Gpu
 from gq.sched import placement
@@ -18,7 +19,7 @@ from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
 from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, Snapshot,
-                             Start)
+                             Start, size_key)
 
 #: Pending reasons, Slurm's names.
 RESOURCES = "Resources"
@@ -49,8 +50,11 @@ class _Pass:
         for n in state.nodes:
             self.kinds[id(n.gpus)] = (n.gpus, self.kinds.get(id(n.gpus), (n.gpus, 0))[1] + 1)
         self.blocked: list[PendingJob] = []
-        #: QOS of the pending jobs.
+        #: QOS of the pending jobs, and whether any shares GPUs (set by plan()).
         self.queued_qos: set[str] = set()
+        self.sharing = True
+        #: Ids of the jobs taken in priority order (before backfill).
+        self.considered: set[int] = set()
 
     def consider(self, job: PendingJob, may_reserve: bool) -> None:
         """Start `job` now if that delays no reservation; else give its reason (and maybe a
@@ -82,7 +86,7 @@ class _Pass:
                 self.profile.book(job, reservation.alloc, reservation.start)
                 self.result.reservations[job.id] = reservation
 
-    def backfill(self, rest: list[PendingJob]) -> None:
+    def backfill(self, rest: list[PendingJob] | None) -> None:
         """The jobs behind the reserved ones fill the gaps smallest first (GPU-seconds by their
         limits), tier by tier: many short jobs finish sooner for every hour a long one would
         have held the gap.
@@ -93,6 +97,8 @@ class _Pass:
         ordered, and only until no GPU is free; after that, only those that must be looked at
         anyway (`_needs_work`) are."""
         if not self.blocked:  # the first to wait is told Resources, the rest Priority: in order
+            if rest is None:
+                rest = [k[-1] for k in self.state.by_size or () if k[2] not in self.considered]
             for *_, job in sorted(self._keyed(rest)):
                 self.consider(job, may_reserve=False)
             return
@@ -101,21 +107,20 @@ class _Pass:
         # (Only preemptors with jobs in the queue: most passes have none, and then the jobs
         # left once nothing is free need no second look.)
         preempts = self.policy.preemptors & self.queued_qos
-        tier, explain = self.policy.qos_priority, self.policy.explain
-        # Ordered by tier and size; the priority that breaks a tie is computed only for jobs
-        # that tie (_next_smallest). Ids are unique, so a comparison never reaches the job.
-        # (Aged, or _needs_work(job, False): an aged job may reserve while GPUs are free.)
-        heap = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest
-                if fits[j.shape] or j.submit_time <= aged_before or j.qos in preempts]
-        tried = {key[2] for key in heap} if explain else set()
-        waiting = [job for job in rest if job.id not in tried] if explain else []
-        heapq.heapify(heap)
-        ties: list[PendingJob] = []  # a run of equal (tier, area) taken off the heap, in order
-        while (heap or ties) and self.profile.any_free_now():
-            self.consider(self._next_smallest(heap, ties), may_reserve=False)
-        if not (explain or preempts or any(shape.share for shape in fits)):
+        explain = self.policy.explain
+
+        def looked_at(j: PendingJob) -> bool:
+            # Could start now, or aged (_needs_work(job, False): an aged job may reserve while
+            # GPUs are free), or may preempt.
+            return fits[j.shape] or j.submit_time <= aged_before or j.qos in preempts
+
+        backlog = _Backlog(self, rest, self.state.by_size, looked_at)
+        waiting = backlog.not_looked_at() if explain else []
+        while self.profile.any_free_now() and (job := backlog.next()) is not None:
+            self.consider(job, may_reserve=False)
+        if not (explain or preempts or self.sharing):
             return  # nothing left could start, reserve or preempt; nobody reads reasons
-        left = [*ties, *(key[-1] for key in heap)]
+        left = backlog.rest()
         # A sharing job needs no free GPU to start; the others as in _needs_work(job, False),
         # written out: this runs for most of the queue.
         needy = [j for j in left
@@ -141,20 +146,6 @@ class _Pass:
         comparison never reaches the job itself)."""
         tier, prios = self.policy.qos_priority, self.rank(jobs)
         return [(-tier.get(j.qos, 0), j.area, -prios[j.id], j.id, j) for j in jobs]
-
-    def _next_smallest(self, heap: list[tuple[object, ...]], ties: list[PendingJob]) -> PendingJob:
-        """The next job in backfill order from `heap` (keyed tier, area, id), taking a run of
-        jobs that tie on tier and area off it into `ties` in priority order."""
-        if ties:
-            return ties.pop()
-        first = heapq.heappop(heap)
-        if not heap or heap[0][0] != first[0] or heap[0][1] != first[1]:
-            return first[-1]
-        run = [first]
-        while heap and heap[0][0] == first[0] and heap[0][1] == first[1]:
-            run.append(heapq.heappop(heap))
-        ties.extend(key[-1] for key in sorted(self._keyed([key[-1] for key in run]), reverse=True))
-        return ties.pop()
 
     def rank(self, jobs: list[PendingJob]) -> dict[int, int]:
         """Priorities of `jobs` (and all computed before), computing the missing ones."""
@@ -186,6 +177,84 @@ class _Pass:
             or job.qos in self.policy.preemptors
 
 
+class _Backlog:
+    """The jobs behind the reserved ones in backfill order (tier, then size by limit, then
+    priority where those tie, then id), one at a time, limited to those `looked_at`.
+
+    Either from `rest`, ordered here with a heap, or walked from the snapshot's `by_size` keys,
+    which a caller that sees jobs come and go keeps sorted (the simulator): then a pass touches
+    only the jobs it takes, not the whole queue. Jobs the pass has already considered (not in
+    `rest`) are skipped there."""
+
+    def __init__(self, run: _Pass, rest: list[PendingJob] | None,
+                 by_size: list[tuple[int, float, int, PendingJob]] | None,
+                 looked_at: Callable[[PendingJob], bool]) -> None:
+        self.run, self.looked_at = run, looked_at
+        self.ties: list[PendingJob] = []  # a run of equal (tier, area), best last
+        if rest is None:
+            assert by_size is not None
+            self.keys, self.at, self.sorted = by_size, 0, True
+            self.skip = run.considered
+        else:
+            # Ids are unique, so a comparison never reaches the job.
+            self.keys = [size_key(j, run.policy) for j in rest if looked_at(j)]
+            heapq.heapify(self.keys)
+            self.sorted, self.rest_given = False, rest
+
+    def next(self) -> PendingJob | None:
+        if self.ties:
+            return self.ties.pop()
+        first = self._take()
+        if first is None:
+            return None
+        following = self._peek()
+        if following is None or following[:2] != first[:2]:
+            return first[-1]
+        run = [first]
+        while (following := self._peek()) is not None and following[:2] == first[:2]:
+            run.append(self._take())
+        # The priority that breaks a tie is computed only for jobs that tie.
+        self.ties.extend(key[-1] for key in sorted(self.run._keyed([key[-1] for key in run]),
+                                                   reverse=True))
+        return self.ties.pop()
+
+    def rest(self) -> list[PendingJob]:
+        """The jobs looked at and not taken yet, in no particular order."""
+        if self.sorted:
+            left = [k[-1] for k in self.keys[self.at:]
+                    if k[2] not in self.skip and self.looked_at(k[-1])]
+        else:
+            left = [k[-1] for k in self.keys]
+        return [*self.ties, *left]
+
+    def not_looked_at(self) -> list[PendingJob]:
+        """The jobs behind the reserved ones that are not looked at (call before next())."""
+        if self.sorted:
+            return [k[-1] for k in self.keys
+                    if k[2] not in self.skip and not self.looked_at(k[-1])]
+        looked = {key[2] for key in self.keys}
+        return [job for job in self.rest_given if job.id not in looked]
+
+    def _peek(self) -> tuple[int, float, int, PendingJob] | None:
+        keys = self.keys
+        if not self.sorted:
+            return keys[0] if keys else None
+        while self.at < len(keys):
+            key = keys[self.at]
+            if key[2] not in self.skip and self.looked_at(key[-1]):
+                return key
+            self.at += 1
+        return None
+
+    def _take(self) -> tuple[int, float, int, PendingJob] | None:
+        if not self.sorted:
+            return heapq.heappop(self.keys) if self.keys else None
+        key = self._peek()
+        if key is not None:
+            self.at += 1
+        return key
+
+
 class _FitsNow(dict[Shape, bool]):
     """Shape -> whether enough nodes have enough free GPUs for it to start now (a sharing job
     needs none free): necessary, not sufficient. Filled on first lookup, so a pass over the
@@ -207,14 +276,16 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     if policy.explain:  # every job's priority is shown; otherwise only those that decide something
         run.rank(list(state.pending))
     ranked = Ranking(state.pending, now, policy, run.rank)
-    run.queued_qos = ranked.qos
+    run.queued_qos, run.sharing = ranked.qos, ranked.sharing
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
-    rest: list[PendingJob] = []
+    rest: list[PendingJob] | None = []
     while (job := ranked.next()) is not None:
         if len(run.blocked) >= policy.reserve_depth and policy.backfill_smallest_first:
-            rest = [job, *ranked.rest()]
+            # With the caller's size order, backfill walks it, skipping the jobs taken here.
+            rest = None if state.by_size is not None else [job, *ranked.rest()]
             break
+        run.considered.add(job.id)
         run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)
     run.backfill(rest)
     if policy.preemptors:

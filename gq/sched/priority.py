@@ -73,6 +73,8 @@ def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
 
 
 _by_age = attrgetter("submit_time", "id")
+_qos = attrgetter("qos")
+_share = attrgetter("share")
 
 
 class Ranking:
@@ -89,7 +91,9 @@ class Ranking:
         self.rank = rank
         tier = policy.qos_priority
         #: The QOS of the jobs.
-        self.qos = {j.qos for j in jobs}
+        self.qos = set(map(_qos, jobs))
+        #: Whether any of the jobs shares GPUs.
+        self.sharing = any(map(_share, jobs))
         tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
         aged_before = now - policy.reserve_age_s
         #: Per tier, highest first: its aged jobs (sorted), then its young ones (ranked when

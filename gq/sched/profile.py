@@ -63,7 +63,8 @@ class NodeProfile:
             insort(self.shared.setdefault(gpu, []), (start, end, mem))
 
     def take(self, gpus: tuple[int, ...], start: float, end: float) -> None:
-        self.firsts.clear()
+        if self.firsts:
+            self.firsts.clear()
         busy, interval = self.busy, (start, end)
         for gpu in gpus:
             intervals = busy.get(gpu)
@@ -214,7 +215,9 @@ class Profile:
         return found
 
     def _matching(self, node: NodeProfile, job: PendingJob) -> list[int]:
-        key = (node.view.name, job.gpu_type, job.gpu_mem)
+        # Keyed by the GPU tuple's identity: nodes of one kind may share one (the simulator's
+        # do), and the snapshot keeps it alive for the pass.
+        key = (id(node.view.gpus), job.gpu_type, job.gpu_mem)
         found = self._match_cache.get(key)
         if found is None:
             found = self._match_cache[key] = [g.index for g in node.view.gpus if gpu_fits(g, job)]

@@ -104,6 +104,11 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     #: Decayed GPU-seconds used per user, for fair share (the caller keeps the decay).
     usage: dict[str, float] = field(default_factory=dict)
+    #: Optional: every pending job's backfill key (-QOS tier, area, id, job), ascending, kept
+    #: by a caller that sees jobs come and go (the simulator: `size_key`), so that backfill
+    #: walks only the jobs it takes instead of ordering the queue every pass. It must hold
+    #: exactly the pending jobs; it is read during the pass only.
+    by_size: list[tuple[int, float, int, PendingJob]] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,11 @@ class Policy:
     def owner(self) -> dict[str, str]:
         """Node name -> the QOS whose pool it is in."""
         return {node: qos for qos, nodes in self.pools.items() for node in nodes}
+
+
+def size_key(job: PendingJob, policy: Policy) -> tuple[int, float, int, PendingJob]:
+    """A job's entry in `Snapshot.by_size`."""
+    return -policy.qos_priority.get(job.qos, 0), job.area, job.id, job
 
 
 @dataclass(frozen=True)

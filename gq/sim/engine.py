@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
 from gq.sched.types import (NodeView, PendingJob, Plan, Policy, Preempt, RunningJob, Snapshot,
-                            Start)
+                            Start, size_key)
 from gq.sim.trace import TraceJob
 
 PolicyFn = Callable[[Snapshot, float, Policy], Plan]
@@ -153,6 +154,8 @@ class Simulator:
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, job id, epoch)
         self.wakes: set[float] = set()
         self.pending: dict[int, PendingJob] = {}
+        # The pending jobs' backfill keys, sorted, kept as jobs come and go (Snapshot.by_size).
+        self.by_size: list[tuple[int, float, int, PendingJob]] = []
         self.running: dict[int, _Run] = {}
         self.epochs: dict[int, int] = {}
         self.finished = 0
@@ -267,7 +270,8 @@ class Simulator:
     def _snapshot(self, now: float) -> Snapshot:
         usage = self.usage.at(now) if self.usage.scaled else {}
         return Snapshot(nodes=self._node_views(), pending=tuple(self.pending.values()),
-                        running=tuple(r.view for r in self.running.values()), usage=usage)
+                        running=tuple(r.view for r in self.running.values()), usage=usage,
+                        by_size=self.by_size)
 
     def _node_views(self) -> tuple[NodeView, ...]:
         # Only nodes whose GPUs changed since the last pass get a new view.
@@ -371,12 +375,14 @@ class Simulator:
         self.dirty.add(name)
 
     def _enqueue(self, job: TraceJob) -> None:
-        self.pending[job.id] = pending_view(job)
+        view = self.pending[job.id] = pending_view(job)
+        insort(self.by_size, size_key(view, self.policy))
         self.shapes[(job.nodes, job.gpus)] += 1
         self.qos_pending[job.qos] += 1
 
     def _dequeue(self, job: TraceJob) -> None:
-        del self.pending[job.id]
+        key = size_key(self.pending.pop(job.id), self.policy)
+        del self.by_size[bisect_left(self.by_size, key)]
         shape = (job.nodes, job.gpus)
         self.shapes[shape] -= 1
         if not self.shapes[shape]:
