@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gq.model import Gpu
 from gq.sched import (NodeView, PendingJob, Policy, RunningJob, Snapshot, plan)
-from gq.sched.types import size_key
+from gq.sched.queue import QueueIndex
 from gq.sched.priority import Ranking, order, priorities
 
 NOW = 1_000_000.0
@@ -246,29 +247,57 @@ def test_ranking_takes_jobs_in_priority_order(drawn: list[tuple[str, int, int, i
     """Ranking (priorities computed only when reached) yields exactly `order` (all computed)."""
     jobs = tuple(PendingJob(id=i, qos=qos, submit_time=NOW - age, time_limit_s=limit, nice=nice)
                  for i, (qos, age, limit, nice) in enumerate(drawn))
-    ranking = Ranking(jobs, NOW, POLICY,
-                      lambda some: dict(zip([j.id for j in some], priorities(some, NOW, POLICY))))
-    taken = []
-    while (job := ranking.next()) is not None:
-        taken.append(job)
-    assert taken == [j for _, j in order(jobs, NOW, POLICY)]
-    assert ranking.rest() == []
+    index = QueueIndex(POLICY)
+    for job in jobs:
+        index.add(job)
+    for given in (None, index):  # sorting here, or taking the caller's order
+        ranking = Ranking(jobs, NOW, POLICY,
+                          lambda some: dict(zip([j.id for j in some], priorities(some, NOW, POLICY))),
+                          given)
+        taken = []
+        while (job := ranking.next()) is not None:
+            taken.append(job)
+        assert taken == [j for _, j in order(jobs, NOW, POLICY)]
+        assert ranking.rest() == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 40), st.sampled_from(["normal", "pro", "x"]),
+                          st.sampled_from([0, 60, 3600]), st.booleans()), max_size=80))
+def test_queue_index_follows_jobs_coming_and_going(ops: list[tuple[bool, int, str, int, bool]]) -> None:
+    """After any sequence of adds and removes the index holds exactly the jobs left, sorted."""
+    index, jobs = QueueIndex(POLICY), {}
+    for add, job_id, qos, limit, share in ops:
+        if add and job_id not in jobs:
+            jobs[job_id] = PendingJob(id=job_id, qos=qos, submit_time=NOW - job_id * 7 % 13,
+                                      time_limit_s=limit, share=share)
+            index.add(jobs[job_id])
+        elif not add and job_id in jobs:
+            assert index.remove(job_id) is jobs.pop(job_id)
+    assert [k[-1] for k in index.by_size] == sorted(
+        jobs.values(), key=lambda j: (-POLICY.qos_priority.get(j.qos, 0), j.area, j.id))
+    assert [k[-1] for k in index.by_age] == sorted(
+        jobs.values(), key=lambda j: (-POLICY.qos_priority.get(j.qos, 0), j.submit_time, j.id))
+    assert index.qos == Counter(j.qos for j in jobs.values())
+    assert index.sharing == sum(j.share for j in jobs.values()) and len(index) == len(jobs)
 
 
 @settings(max_examples=150, deadline=None)
 @given(states(), st.sampled_from([0, 1, 4]), st.booleans(), st.booleans())
-def test_backfill_walking_the_callers_size_order_decides_the_same(
+def test_a_pass_over_the_callers_queue_index_decides_the_same(
         state: Snapshot, depth: int, explain: bool, limits_tie: bool) -> None:
-    """A caller may hand plan() the pending jobs already in backfill order (Snapshot.by_size,
-    kept by the simulator as jobs come and go); the plan must be exactly the one made without."""
+    """A caller may hand plan() the pending jobs already ordered (Snapshot.queue, a QueueIndex
+    the simulator keeps as jobs come and go); the plan must be exactly the one made without."""
     if limits_tie:  # many equal sizes: ties broken by priority (nice)
         state = dataclasses.replace(state, pending=tuple(
             dataclasses.replace(j, time_limit_s=3600, nice=(j.id * 53) % 300) for j in state.pending))
     policy = Policy(qos_priority={"normal": 10, "pro": 100, "free": 1}, reserve_depth=depth,
                     preempts={"pro": ("free",)}, explain=explain)
     alone = plan(state, NOW, policy)
-    walked = plan(dataclasses.replace(state, by_size=sorted(size_key(j, policy)
-                                                            for j in state.pending)), NOW, policy)
+    index = QueueIndex(policy)
+    for job in state.pending:
+        index.add(job)
+    walked = plan(dataclasses.replace(state, queue=index), NOW, policy)
     assert walked.starts == alone.starts
     assert walked.preemptions == alone.preemptions
     assert walked.reservations == alone.reservations

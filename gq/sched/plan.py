@@ -18,8 +18,9 @@ from gq.sched import placement
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
+from gq.sched.queue import SizeKey, size_key
 from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, Snapshot,
-                             Start, size_key)
+                             Start)
 
 #: Pending reasons, Slurm's names.
 RESOURCES = "Resources"
@@ -98,7 +99,8 @@ class _Pass:
         anyway (`_needs_work`) are."""
         if not self.blocked:  # the first to wait is told Resources, the rest Priority: in order
             if rest is None:
-                rest = [k[-1] for k in self.state.by_size or () if k[2] not in self.considered]
+                assert self.state.queue is not None
+                rest = [k[-1] for k in self.state.queue.by_size if k[2] not in self.considered]
             for *_, job in sorted(self._keyed(rest)):
                 self.consider(job, may_reserve=False)
             return
@@ -114,7 +116,8 @@ class _Pass:
             # GPUs are free), or may preempt.
             return fits[j.shape] or j.submit_time <= aged_before or j.qos in preempts
 
-        backlog = _Backlog(self, rest, self.state.by_size, looked_at)
+        backlog = _Backlog(self, rest, self.state.queue.by_size if self.state.queue else None,
+                           looked_at)
         waiting = backlog.not_looked_at() if explain else []
         while self.profile.any_free_now() and (job := backlog.next()) is not None:
             self.consider(job, may_reserve=False)
@@ -181,13 +184,13 @@ class _Backlog:
     """The jobs behind the reserved ones in backfill order (tier, then size by limit, then
     priority where those tie, then id), one at a time, limited to those `looked_at`.
 
-    Either from `rest`, ordered here with a heap, or walked from the snapshot's `by_size` keys,
-    which a caller that sees jobs come and go keeps sorted (the simulator): then a pass touches
-    only the jobs it takes, not the whole queue. Jobs the pass has already considered (not in
+    Either from `rest`, ordered here with a heap, or walked from the `by_size` keys of the
+    snapshot's QueueIndex, which a caller that sees jobs come and go keeps sorted: then a pass
+    touches only the jobs it takes, not the whole queue. Jobs the pass has already considered (not in
     `rest`) are skipped there."""
 
     def __init__(self, run: _Pass, rest: list[PendingJob] | None,
-                 by_size: list[tuple[int, float, int, PendingJob]] | None,
+                 by_size: list[SizeKey] | None,
                  looked_at: Callable[[PendingJob], bool]) -> None:
         self.run, self.looked_at = run, looked_at
         self.ties: list[PendingJob] = []  # a run of equal (tier, area), best last
@@ -235,7 +238,7 @@ class _Backlog:
         looked = {key[2] for key in self.keys}
         return [job for job in self.rest_given if job.id not in looked]
 
-    def _peek(self) -> tuple[int, float, int, PendingJob] | None:
+    def _peek(self) -> SizeKey | None:
         keys = self.keys
         if not self.sorted:
             return keys[0] if keys else None
@@ -246,7 +249,7 @@ class _Backlog:
             self.at += 1
         return None
 
-    def _take(self) -> tuple[int, float, int, PendingJob] | None:
+    def _take(self) -> SizeKey | None:
         if not self.sorted:
             return heapq.heappop(self.keys) if self.keys else None
         key = self._peek()
@@ -275,7 +278,7 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     run = _Pass(state, now, policy)
     if policy.explain:  # every job's priority is shown; otherwise only those that decide something
         run.rank(list(state.pending))
-    ranked = Ranking(state.pending, now, policy, run.rank)
+    ranked = Ranking(state.pending, now, policy, run.rank, state.queue)
     run.queued_qos, run.sharing = ranked.qos, ranked.sharing
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
@@ -283,7 +286,7 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     while (job := ranked.next()) is not None:
         if len(run.blocked) >= policy.reserve_depth and policy.backfill_smallest_first:
             # With the caller's size order, backfill walks it, skipping the jobs taken here.
-            rest = None if state.by_size is not None else [job, *ranked.rest()]
+            rest = None if state.queue is not None else [job, *ranked.rest()]
             break
         run.considered.add(job.id)
         run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)

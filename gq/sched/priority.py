@@ -11,11 +11,17 @@ priority.
 
 from __future__ import annotations
 
+import functools
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from gq.sched.types import PendingJob, Policy
+
+if TYPE_CHECKING:
+    from gq.sched.queue import AgeKey, QueueIndex
 
 #: The length an unlimited job counts as in its response ratio (seconds): a week.
 UNLIMITED_AS_S = 7 * 86400
@@ -84,40 +90,50 @@ class Ranking:
     blocked); the rest are backfilled in an order of their own. Aged jobs go oldest first, so a
     tier's younger jobs are ranked by priority only once the pass reaches them. Priorities
     come from `rank`, which returns a mapping from job id to priority that covers the jobs given.
+    With a QueueIndex (the same jobs, kept sorted by the caller) nothing is sorted here and a
+    tier's younger jobs are not even listed until they are reached.
     """
 
     def __init__(self, jobs: Sequence[PendingJob], now: float, policy: Policy,
-                 rank: Callable[[list[PendingJob]], Mapping[int, int]]) -> None:
+                 rank: Callable[[list[PendingJob]], Mapping[int, int]],
+                 index: QueueIndex | None = None) -> None:
         self.rank = rank
-        tier = policy.qos_priority
-        #: The QOS of the jobs.
-        self.qos = set(map(_qos, jobs))
-        #: Whether any of the jobs shares GPUs.
-        self.sharing = any(map(_share, jobs))
-        tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
         aged_before = now - policy.reserve_age_s
-        #: Per tier, highest first: its aged jobs (sorted), then its young ones (ranked when
-        #: reached). `ranked[i]` says whether parts[i] is in order yet.
-        self.parts: list[list[PendingJob]] = []
-        self.ranked: list[bool] = []
-        for t in tiers:
-            members = jobs if len(tiers) == 1 else [j for j in jobs if tier.get(j.qos, 0) == t]
-            aged = [j for j in members if j.submit_time <= aged_before]
-            aged.sort(key=_by_age)
-            young = [j for j in members if j.submit_time > aged_before]
-            self.parts += [aged, young]
-            self.ranked += [True, False]
+        #: Per tier, highest first: its aged jobs (oldest first), then its young ones (ranked
+        #: when reached; until then a function that lists them).
+        self.parts: list[list[PendingJob] | Callable[[], list[PendingJob]]] = []
+        if index is not None:
+            #: The QOS of the jobs, and whether any of them shares GPUs.
+            self.qos, self.sharing = set(index.qos), index.sharing > 0
+            self._split(index.by_age, aged_before)
+        else:
+            self.qos, self.sharing = set(map(_qos, jobs)), any(map(_share, jobs))
+            tier = policy.qos_priority
+            tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
+            for t in tiers:
+                members = jobs if len(tiers) == 1 else [j for j in jobs if tier.get(j.qos, 0) == t]
+                aged = [j for j in members if j.submit_time <= aged_before]
+                aged.sort(key=_by_age)
+                young = [j for j in members if j.submit_time > aged_before]
+                self.parts += [aged, functools.partial(list, young)]
         self.part, self.at = 0, 0
+
+    def _split(self, by_age: list[AgeKey], aged_before: float) -> None:
+        """Parts from keys sorted by (-tier, submit time, id): each tier a run, aged jobs first."""
+        lo = 0
+        while lo < len(by_age):
+            tier = by_age[lo][0]
+            hi = bisect_right(by_age, (tier, math.inf), lo)
+            mid = bisect_right(by_age, (tier, aged_before, math.inf), lo, hi)
+            self.parts += [[k[-1] for k in by_age[lo:mid]],
+                           functools.partial(_jobs_of, by_age, mid, hi)]
+            lo = hi
 
     def next(self) -> PendingJob | None:
         """The next job in order, or None when all have been taken."""
         while self.part < len(self.parts):
-            part = self.parts[self.part]
+            part = self._listed(self.part)
             if self.at < len(part):
-                if not self.ranked[self.part]:
-                    prios = self.rank(part)
-                    part.sort(key=lambda j: (-prios[j.id], j.submit_time, j.id))
-                    self.ranked[self.part] = True
                 self.at += 1
                 return part[self.at - 1]
             self.part, self.at = self.part + 1, 0
@@ -125,10 +141,26 @@ class Ranking:
 
     def rest(self) -> list[PendingJob]:
         """The jobs not taken yet, in no particular order."""
-        rest = self.parts[self.part][self.at:] if self.part < len(self.parts) else []
+        if self.part >= len(self.parts):
+            return []
+        rest = self._listed(self.part)[self.at:]
         for part in self.parts[self.part + 1:]:
-            rest += part
+            rest += part if isinstance(part, list) else part()
         return rest
+
+    def _listed(self, i: int) -> list[PendingJob]:
+        """Part i, in order: a young part is listed and ranked when first reached."""
+        part = self.parts[i]
+        if not isinstance(part, list):
+            part = self.parts[i] = part()
+            if part:
+                prios = self.rank(part)
+                part.sort(key=lambda j: (-prios[j.id], j.submit_time, j.id))
+        return part
+
+
+def _jobs_of(keys: list[AgeKey], lo: int, hi: int) -> list[PendingJob]:
+    return [k[-1] for k in keys[lo:hi]]
 
 
 def _fast_priorities(jobs: Sequence[PendingJob], now: float, policy: Policy) -> list[int]:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gq.model import Gpu
+
+if TYPE_CHECKING:
+    from gq.sched.queue import QueueIndex
 
 #: Node name -> GPU indices on it, in node rank order.
 Alloc = dict[str, tuple[int, ...]]
@@ -104,11 +107,10 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     #: Decayed GPU-seconds used per user, for fair share (the caller keeps the decay).
     usage: dict[str, float] = field(default_factory=dict)
-    #: Optional: every pending job's backfill key (-QOS tier, area, id, job), ascending, kept
-    #: by a caller that sees jobs come and go (the simulator: `size_key`), so that backfill
-    #: walks only the jobs it takes instead of ordering the queue every pass. It must hold
-    #: exactly the pending jobs; it is read during the pass only.
-    by_size: list[tuple[int, float, int, PendingJob]] | None = None
+    #: Optional: the pending jobs kept in order by a caller that sees them come and go (the
+    #: simulator), so that a pass need not order the queue (gq/sched/queue.py). It must hold
+    #: exactly `pending`, under the same policy.
+    queue: QueueIndex | None = None
 
 
 @dataclass(frozen=True)
@@ -151,11 +153,6 @@ class Policy:
     def owner(self) -> dict[str, str]:
         """Node name -> the QOS whose pool it is in."""
         return {node: qos for qos, nodes in self.pools.items() for node in nodes}
-
-
-def size_key(job: PendingJob, policy: Policy) -> tuple[int, float, int, PendingJob]:
-    """A job's entry in `Snapshot.by_size`."""
-    return -policy.qos_priority.get(job.qos, 0), job.area, job.id, job
 
 
 @dataclass(frozen=True)

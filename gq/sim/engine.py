@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
+from gq.sched.queue import QueueIndex
 from gq.sched.types import (NodeView, PendingJob, Plan, Policy, Preempt, RunningJob, Snapshot,
-                            Start, size_key)
+                            Start)
 from gq.sim.trace import TraceJob
 
 PolicyFn = Callable[[Snapshot, float, Policy], Plan]
@@ -154,8 +154,8 @@ class Simulator:
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, job id, epoch)
         self.wakes: set[float] = set()
         self.pending: dict[int, PendingJob] = {}
-        # The pending jobs' backfill keys, sorted, kept as jobs come and go (Snapshot.by_size).
-        self.by_size: list[tuple[int, float, int, PendingJob]] = []
+        # The pending jobs in the orders a pass takes them, kept as jobs come and go.
+        self.queue = QueueIndex(self.policy)
         self.running: dict[int, _Run] = {}
         self.epochs: dict[int, int] = {}
         self.finished = 0
@@ -271,7 +271,7 @@ class Simulator:
         usage = self.usage.at(now) if self.usage.scaled else {}
         return Snapshot(nodes=self._node_views(), pending=tuple(self.pending.values()),
                         running=tuple(r.view for r in self.running.values()), usage=usage,
-                        by_size=self.by_size)
+                        queue=self.queue)
 
     def _node_views(self) -> tuple[NodeView, ...]:
         # Only nodes whose GPUs changed since the last pass get a new view.
@@ -375,14 +375,14 @@ class Simulator:
         self.dirty.add(name)
 
     def _enqueue(self, job: TraceJob) -> None:
-        view = self.pending[job.id] = pending_view(job)
-        insort(self.by_size, size_key(view, self.policy))
+        self.pending[job.id] = pending_view(job)
+        self.queue.add(self.pending[job.id])
         self.shapes[(job.nodes, job.gpus)] += 1
         self.qos_pending[job.qos] += 1
 
     def _dequeue(self, job: TraceJob) -> None:
-        key = size_key(self.pending.pop(job.id), self.policy)
-        del self.by_size[bisect_left(self.by_size, key)]
+        del self.pending[job.id]
+        self.queue.remove(job.id)
         shape = (job.nodes, job.gpus)
         self.shapes[shape] -= 1
         if not self.shapes[shape]:
