@@ -18,7 +18,7 @@ from gq.sched import placement
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
-from gq.sched.queue import SizeKey, size_key
+from gq.sched.queue import SizeKey
 from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, Snapshot,
                              Start)
 
@@ -128,7 +128,17 @@ class _Pass:
         # written out: this runs for most of the queue.
         needy = [j for j in left
                  if j.share or j.qos in preempts or (explain and j.submit_time <= aged_before)]
+        # Nothing is free from here on (else the backlog would have been taken to its end).
         for *_, job in sorted(self._keyed(needy)):
+            if len(self.result.reservations) >= MAX_RESERVATIONS and job.gpus \
+                    and not (job.share or job.qos in preempts):
+                # No reservation left to make, nothing to start or preempt: consider() would
+                # only give its reason (with explain, most of a long queue is aged).
+                if self._never_fits(job, job.shape):
+                    self.result.reasons[job.id] = NEVER_FITS
+                else:
+                    self._wait(job)
+                continue
             self.consider(job, may_reserve=False)
         if not explain:
             return  # the rest only get their reason, and without explain nobody reads it
@@ -199,8 +209,9 @@ class _Backlog:
             self.keys, self.at, self.sorted = by_size, 0, True
             self.skip = run.considered
         else:
-            # Ids are unique, so a comparison never reaches the job.
-            self.keys = [size_key(j, run.policy) for j in rest if looked_at(j)]
+            # queue.size_key, written out (a call per job costs as much as the rest of the key).
+            tier = run.policy.qos_priority
+            self.keys = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest if looked_at(j)]
             heapq.heapify(self.keys)
             self.sorted, self.rest_given = False, rest
 
