@@ -25,7 +25,7 @@ import zmq
 
 from gq import config as config_mod
 from gq import defaults, protocol
-from gq.errors import ERRORS_BY_CODE, GqError, UnreachableError
+from gq.errors import ERRORS_BY_CODE, GqError, ProtocolError, UnreachableError
 from gq.model import JobSpec
 
 #: How long to wait for a connection to the head before calling it unreachable, in seconds.
@@ -163,23 +163,38 @@ class Client:
     def history(self, since: float, until: float, user: str | None = None,
                 states: list[str] | None = None) -> list[dict[str, Any]]:
         """Jobs from the head's store submitted by `until` and not ended before `since`."""
-        return list(self.request(protocol.HISTORY, since=since, until=until, user=user,
-                                 states=states)["jobs"])
+        return self._pages(protocol.HISTORY, since=since, until=until, user=user, states=states)
 
     def accounting(self, since: float, until: float) -> list[dict[str, Any]]:
         """GPU-seconds in [since, until]: rows of user, account, qos, state, gpu_seconds."""
         return list(self.request(protocol.ACCOUNTING, since=since, until=until)["rows"])
 
     def queue(self, user: str | None = None, states: list[str] | None = None,
-              all: bool = False, start: bool = False  # noqa: A002 - mirrors --all
-              ) -> list[dict[str, Any]]:
-        """Pending and running jobs (`gq queue --json`'s `jobs`), of `user` only if given, in
-        `states` only if given; `all` adds jobs that ended in the last 5 minutes; `start` gives
-        pending jobs `expected_start` and `expected_nodes` (None where the scheduler has no
-        reservation for them)."""
-        extra = {"start": True} if start else {}
-        return list(self.request(protocol.QUEUE, user=user, states=states, all=all,
-                                 **extra)["jobs"])
+              all: bool = False, start: bool = False,  # noqa: A002 - mirrors --all
+              fields: list[str] | None = None) -> list[dict[str, Any]]:
+        """Pending and running jobs (`gq queue --json`'s `jobs`), oldest first, of `user` only
+        if given, in `states` only if given; `all` adds jobs that ended in the last 5 minutes;
+        `start` gives pending jobs `expected_start` and `expected_nodes` (None where the
+        scheduler has no reservation for them); `fields` keeps only those keys of each job."""
+        extra: dict[str, Any] = {"start": True} if start else {}
+        if fields is not None:
+            extra["fields"] = list(fields)
+        return self._pages(protocol.QUEUE, user=user, states=states, all=all, **extra)
+
+    def _pages(self, msg_type: str, **fields: Any) -> list[dict[str, Any]]:
+        """Every job of a listing, asked for a page at a time: no reply outgrows the message
+        limit, however many jobs there are. (A page is as of its own request.)"""
+        jobs: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            reply = self.request(msg_type, after=after, limit=defaults.PAGE_JOBS, **fields)
+            jobs += reply["jobs"]
+            if reply.get("next") is None:
+                return jobs
+            if not isinstance(reply["next"], int) or reply["next"] <= after:
+                raise ProtocolError(f"{msg_type} reply: page cursor {reply['next']!r} does not "
+                                    f"move past {after}")  # else this loop would not end
+            after = reply["next"]
 
     def show(self, job_id: int | str) -> dict[str, Any]:
         """Everything about one job, running or long ended (`123` or `"123_7"`); NotFoundError

@@ -13,12 +13,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gq import defaults
 from gq.errors import ConfigError, GqError
 from gq.model import parse_duration
-from gq.sched.types import Policy
+
+if TYPE_CHECKING:
+    from gq.sched.types import Policy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -165,6 +167,7 @@ class Config:
 
     def policy(self) -> Policy:
         """The scheduler's knobs from this config (the daemon and the simulator share it)."""
+        from gq.sched.types import Policy  # here: the CLI reads configs and never schedules
         sc = self.scheduler
         return Policy(qos_priority={n: q.priority for n, q in self.qos.items()},
                       weight_qos=sc.weight_qos, weight_age=sc.weight_age, max_age_s=sc.max_age_s,

@@ -17,6 +17,9 @@ HEALTH_CHECK_TIMEOUT_S = 60.0
 OUTBOX_RESEND_S = 2.0
 #: How long the CLI waits for a reply before it calls the head unreachable, in seconds.
 CLIENT_TIMEOUT_S = 15.0
+#: Jobs the client asks for in one page of a listing (`gq queue`, `gq history`); gqd sends
+#: fewer when their records would take over half of MAX_MESSAGE_BYTES.
+PAGE_JOBS = 5000
 #: How long a `wait` request is parked on the head before it is answered "still running", in seconds.
 WAIT_POLL_S = 20.0
 
@@ -42,6 +45,11 @@ MAX_BATCH = 2000
 #: that a pass which cannot be saved does not spin.
 STORE_RETRY_S = 1.0
 LOOP_TICK_S = 1.0
+#: After a scheduling pass of t seconds, a pass for node events (job ends) waits until this many
+#: t have passed: at most 1/(1 + this) of a head busy with them goes to passes, and the ends that
+#: arrive meanwhile are seen by one pass together. A client's change (a submit) is not kept
+#: waiting. A pass on a small queue takes well under a millisecond.
+PASS_SPACING = 1.0
 
 #: Most jobs (pending and running) gqd holds before it refuses submits ([head] max_queued_jobs).
 MAX_QUEUED_JOBS = 200_000

@@ -7,7 +7,10 @@ import os
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace `path` with `data` at once. `durable=False` skips the fsyncs: the file still
+    survives the writer's crash (it is in the page cache), not the host's, which is enough for a
+    file that is worthless after a reboot (a job's script, a pid)."""
     tmp = path.with_name(f".{path.name}.tmp")
     # A run's directory belongs to the job's owner: never write (as root) through a link they
     # planted at the temporary name. O_EXCL creates a new file or fails, following no link.
@@ -16,10 +19,13 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the rename itself must survive a power cut

@@ -167,6 +167,18 @@ class Store:
                                 _job_row(job, blob, None))
         return int(cur.lastrowid)
 
+    def insert_jobs(self, jobs: list[Job]) -> None:
+        """Insert jobs (not array tasks) inside the caller's transaction, in one statement after
+        the first; each gets its new id, in list order."""
+        first = jobs[0].id = self.insert_job(jobs[0])
+        for offset, job in enumerate(jobs[1:], 1):
+            job.id = first + offset
+        # AUTOINCREMENT ids only grow and gqd is the only writer: the ones after `first` are free.
+        self.conn.executemany(
+            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
+            (_job_row(j, msgpack.packb(j.spec.to_dict(), use_bin_type=True), j.id)
+             for j in jobs[1:]))
+
     def insert_array(self, jobs: list[Job]) -> None:
         """Insert the tasks of one array, which share one spec, inside the caller's transaction:
         the first gets a new id and the array's id; the others the ids after it."""
@@ -230,10 +242,12 @@ class Store:
         return [self._job(r) for r in rows]
 
     def history(self, since: float, until: float, user: str | None = None,
-                states: list[str] | None = None, limit: int = 100_000) -> list[Job]:
-        """Jobs submitted by `until` that had not ended by `since` (sacct's window), by id."""
-        where = ["submit_time <= ?", "(end_time IS NULL OR end_time >= ?)"]
-        args: list[Any] = [until, since]
+                states: list[str] | None = None, after: int = 0,
+                limit: int = 100_000) -> list[Job]:
+        """Jobs submitted by `until` that had not ended by `since` (sacct's window), by id,
+        from the first after `after`."""
+        where = ["id > ?", "submit_time <= ?", "(end_time IS NULL OR end_time >= ?)"]
+        args: list[Any] = [after, until, since]
         if user:
             where.append("user = ?")
             args.append(user)

@@ -25,6 +25,20 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
+def _into_venv() -> None:
+    """Run the calling script again with the virtual environment's Python (scripts/lib/venv.sh
+    makes it on first use, as scripts/test does): the system's python3 lacks gq's dependencies."""
+    venv = Path(os.environ.get("GQ_VENV", REPO / ".venv"))
+    if Path(sys.prefix).resolve() == venv.resolve():
+        return
+    subprocess.run(["bash", "-c", f'source "{REPO}/scripts/lib/venv.sh"'], check=True)
+    python = venv / "bin" / "python"
+    os.execv(python, [str(python), *sys.argv])
+
+
+_into_venv()
+
+
 def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -303,10 +317,26 @@ def build_plan_state(nodes: int, pending: int, running: int, seed: int):
 
 def plan_policies() -> dict[str, Any]:
     """The pass as gqd runs it (reservations for display on) and as `gq sim` runs it (off)."""
+    import dataclasses
     from gq.config import Config
     base = Config().policy()
-    return {"explain on (gqd)": base,
-            "explain off (gq sim)": base.__class__(**{**base.__dict__, "explain": False})}
+    return {"explain on (gqd)": base, "explain off (gq sim)": dataclasses.replace(base, explain=False)}
+
+
+def plan_rows(state, passes: int) -> dict[str, dict[str, Any]]:
+    """time_plan for the pass as gqd runs it, as `gq sim` runs it, and as `gq sim` runs it with
+    the QueueIndex it keeps between passes (built here, outside the timing)."""
+    import dataclasses
+    from gq.sched.queue import QueueIndex
+    policies = plan_policies()
+    rows = {label: time_plan(state, policy, passes) for label, policy in policies.items()}
+    sim = policies["explain off (gq sim)"]
+    index = QueueIndex(sim)
+    for job in state.pending:
+        index.add(job)
+    rows["explain off, QueueIndex (gq sim)"] = time_plan(dataclasses.replace(state, queue=index),
+                                                          sim, passes)
+    return rows
 
 
 def time_plan(state, policy, passes: int) -> dict[str, Any]:
@@ -326,6 +356,129 @@ def time_plan(state, policy, passes: int) -> dict[str, Any]:
             "preemptions": len(result.preemptions)}
 
 
+# --- many virtual nodes and gqd's own figures (the scale scenario) -----------------------------
+
+class VirtualFleet:
+    """`procs` processes of `gqnode --virtual` on a PersonalCluster, `nodes` identities in all
+    (named s1-v001 ...), each with `gpus` fake GPUs; their keys made first. The processes' pid
+    files lie where `gq down` looks, so the cluster's stop stops them too. They run at `nice`
+    (their shepherds and jobs too): they stand for other hosts, so they should not take the
+    head's CPU as they could on one 2-core machine."""
+
+    def __init__(self, pc: PersonalCluster, nodes: int, procs: int, gpus: str, nice: int = 0):
+        from gq.node.virtual import names
+        procs = max(1, min(procs, nodes))
+        sizes = [nodes // procs + (i < nodes % procs) for i in range(procs)]
+        self.groups = [(f"s{i + 1}", n) for i, n in enumerate(sizes)]
+        self.names = [name for base, n in self.groups for name in names(base, n)]
+        self.pc, self.gpus, self.nice = pc, gpus, nice
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, timeout_s: float = 300.0) -> float:
+        """Start the processes; wait until gqd has every node UP; seconds it took."""
+        from gq import keys
+        t0 = time.perf_counter()
+        if self.pc.cfg.auth.curve:
+            keys.ensure(Path(self.pc.cfg.auth.key_dir), self.names)
+        logs = self.pc.tmp / "state" / "gq" / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for base, n in self.groups:
+            with open(logs / f"{base}.log", "ab") as out:
+                self.procs[base] = subprocess.Popen(
+                    ["nice", "-n", str(self.nice), sys.executable, "-m", "gq.node.daemon",
+                     "--config", self.pc.cfg.path,
+                     "--name", base, "--virtual", str(n), "--fake-gpus", self.gpus,
+                     "--addr", "127.0.0.1"], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                    start_new_session=True)
+        for proc in self.procs.values():
+            autogroup_nice(proc.pid, self.nice)  # each is a session, so a group, of its own
+        want = set(self.names)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            up = {n["name"] for n in self.pc.client.nodes() if n["state"] == "UP"}
+            if want <= up:
+                return round(time.perf_counter() - t0, 2)
+            dead = [base for base, p in self.procs.items() if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"gqnode --virtual {dead} exited; see {logs}")
+            time.sleep(0.5)
+        raise RuntimeError(f"only {len(up & want)} of {len(want)} virtual nodes UP after "
+                           f"{timeout_s:g} s; see {logs}")
+
+    def reap(self) -> None:
+        """After the cluster's stop: collect the processes (never leave zombies)."""
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def autogroup_nice(pid: int, nice: int) -> bool:
+    """Set the niceness of the process's scheduler autogroup (its session's), which is what
+    counts between sessions when the kernel groups them (sched_autogroup_enabled); plain nice
+    only ranks processes within one. Lowering it needs root. False where it could not."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+        return True
+    except OSError:
+        return False
+
+
+def thread_sched(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a thread (the process's
+    main thread by default), from /proc's schedstat; (0, 0) where the kernel keeps none."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{tid or pid}/schedstat").read_text().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    """One Prometheus scrape: (sample name, its labels) -> value."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        text = resp.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def histogram_window(before: dict, after: dict, name: str,
+                     quantiles: tuple[float, ...] = (50, 99)) -> dict[str, Any]:
+    """What a Prometheus histogram saw between two scrapes: count, mean, and quantiles
+    interpolated within buckets as PromQL's histogram_quantile() does (so a quantile is only as
+    exact as the bucket it falls in: `le_ms` says which)."""
+    def delta(sample: str, **labels: str) -> float:
+        key = (sample, frozenset(labels.items()))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+    les = sorted({dict(k[1])["le"] for k in after if k[0] == f"{name}_bucket"},
+                 key=lambda le: float(le))
+    cum = [(float(le), delta(f"{name}_bucket", le=le)) for le in les]
+    n = delta(f"{name}_count")
+    total = delta(f"{name}_sum")
+    out: dict[str, Any] = {"n": int(n), "sum_s": round(total, 3),
+                           "mean_ms": round(total / n * 1000, 2) if n else None}
+    for q in quantiles:
+        rank, lower, below = q / 100 * n, 0.0, 0.0
+        value = le_ms = None
+        for upper, count in cum:
+            if n and count >= rank:
+                if upper == float("inf"):  # past the last finite bucket: its bound, as PromQL
+                    value, le_ms = lower, "+Inf"
+                else:
+                    span = count - below
+                    value = lower + (upper - lower) * ((rank - below) / span if span else 1)
+                    le_ms = round(upper * 1000, 1)
+                break
+            lower, below = upper, count
+        out[f"p{q:g}_ms"] = None if value is None else round(value * 1000, 2)
+        out[f"p{q:g}_le_ms"] = le_ms
+    return out
+
+
 # --- the Slurm peer ---------------------------------------------------------------------------
 
 SLURM_PEER = REPO.parent / "shared" / "peers" / "slurm"
@@ -343,9 +496,18 @@ class SlurmPeer:
                         GQ_SLURM_RUN=str(self.run_dir))
         self.profile, self.nodes, self.gpus = profile, nodes, gpus
 
-    @staticmethod
-    def missing() -> str | None:
-        for b in ("munged", "slurmctld", "slurmd", "sbatch", "squeue"):
+    BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue")
+
+    @classmethod
+    def missing(cls) -> str | None:
+        if os.geteuid() == 0 and any(shutil.which(b) is None for b in cls.BINARIES):
+            # A fresh machine: install the peer's packages as its README says (root only).
+            say("[slurm] installing slurm-wlm and munge with apt-get")
+            for argv in (["apt-get", "update", "-qq"],
+                         ["apt-get", "install", "-y", "-qq", "slurm-wlm", "munge"]):
+                subprocess.run(argv, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        for b in cls.BINARIES:
             if shutil.which(b) is None:
                 return f"{b} not found (apt-get install -y slurm-wlm munge)"
         if os.geteuid() != 0:

@@ -21,13 +21,9 @@ TYPE_WORDS = {str: "string", int: "integer", float: "float", bool: "boolean",
 
 @pytest.fixture(scope="module")
 def cli() -> Any:
-    """The click command behind `gq`, built once: `_register()` may run only once per process."""
-    import typer
-
-    from gq.cli.main import _register, app
-    if not app.registered_commands:  # another test in this process may have registered them
-        _register()
-    return typer.main.get_command(app)
+    """The click command behind `gq` (its commands are registered once per process)."""
+    from gq.cli import app
+    return app.command()
 
 
 def _source(name: str) -> str:

@@ -64,6 +64,10 @@ def test_queue_depth_gpus_and_pass_time_show_on_a_live_gqd(cluster: LiveCluster)
     assert value(after, "gq_node_gpus_allocated", node=node) == 2
     assert value(after, "gq_node_state", node=node, state="UP") == 1
     assert value(after, "gq_schedule_pass_seconds_count") >= 1
+    # Every turn of the loop is timed, its sleep not counted: idle turns sleep a whole
+    # second (LOOP_TICK_S), and their lag is far below it.
+    turns = value(after, "gq_loop_lag_seconds_count")
+    assert turns >= 1 and value(after, "gq_loop_lag_seconds_bucket", le="1.0") == turns
     # Telemetry from the nodes' heartbeats (fake GPUs: idle at 30 C).
     gpu = {"node": "node1", "gpu": "0", "type": cluster.nodes()[0]["gpus"][0]["type"]}
     assert value(after, "gq_gpu_temperature_celsius", **gpu) == 30
@@ -89,6 +93,7 @@ def test_metrics_addresses() -> None:
 
 
 def test_sample_counts_the_queue_and_gpu_holders() -> None:
+    from gq.head.index import JobIndex
     from gq.head.metrics import sample
     from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
     jobs = [Job(id=1, spec=JobSpec(script="", qos="pro"), state=JobState.RUNNING,
@@ -98,7 +103,10 @@ def test_sample_counts_the_queue_and_gpu_holders() -> None:
             Job(id=4, spec=JobSpec(script=""), state=JobState.COMPLETED)]
     node = Node(name="n1", gpus=[Gpu(index=i, type="h100", memory=80 << 30) for i in range(4)],
                 state=NodeState.UP, telemetry={0: {"util": 90, "temp": "hot"}})
-    s = sample(jobs, [node], ["normal", "pro"])
+    index = JobIndex()
+    for job in jobs:
+        index.add(job)
+    s = sample(index, [node], ["normal", "pro"])
     assert s.jobs == {("PENDING", "normal"): 1, ("PENDING", "pro"): 0, ("RUNNING", "normal"): 0,
                       ("RUNNING", "pro"): 1, ("PENDING", "gone"): 1}
     assert s.reasons == {"Priority": 2} and s.nodes == {"n1": "UP"}

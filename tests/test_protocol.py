@@ -291,3 +291,27 @@ def test_check_spec_arbitrary_objects(obj: Any):
         assert check_spec(obj) is obj
     except ProtocolError:
         pass
+
+
+@pytest.mark.parametrize("field,value,error", [
+    ("gpus", 70_000, "'gpus' is 70000, outside 0..65535"), ("uid", -2, "'uid' is -2, outside"),
+    ("gpus", True, "'gpus' has type bool"), ("hold", 1, "'hold' has type int"),
+    ("name", "a\0b", "'name' contains a NUL character"), ("gpu_type", None, None),
+    ("qos", 3, "'qos' has type int"), ("env", [], "'env' has type list"),
+    ("begin_time", float("nan"), "'begin_time' is not a finite number"),
+    ("gpus", 65_535, None), ("begin_time", 5, None), ("script", "#!\0", None)])
+def test_check_spec_tests_each_kind_of_field(field: str, value: Any, error: str | None):
+    """The common types take a shorter way through `check`; the verdicts are the same."""
+    if error is None:
+        assert check_spec(_spec(**{field: value}))[field] is value
+    else:
+        with pytest.raises(ProtocolError, match=error.replace("(", r"\(")):
+            check_spec(_spec(**{field: value}))
+
+
+def test_check_spec_env_names_and_values():
+    assert check_spec(_spec(env={"BASH_FUNC_f%%": "() { :; }", "A": "", "N" * 1024: "v"}))
+    for env in ({"": "x"}, {"A=B": "x"}, {"A\0": "x"}, {"N" * 1025: "v"}, {"A": "\0"},
+                {"A": "v" * (MAX_STR * 8 + 1)}):
+        with pytest.raises(ProtocolError, match="env has a bad name"):
+            check_spec(_spec(env=env))

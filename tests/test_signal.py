@@ -181,6 +181,30 @@ def test_without_a_good_stop_order_a_stop_is_sigterm_to_the_group(tmp_path: Path
     assert "bad stop order" in (run_dir / "shepherd.log").read_text()
 
 
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_what_the_job_leaves_in_its_session_is_killed_when_it_ends(tmp_path: Path) -> None:
+    # A background child, and a grandchild in a process group of its own (both orphaned when
+    # the script exits), must not outlive the job; nor may a job that leaves nothing cost a
+    # scan of every process (the shepherd then knows itself: it adopts the job's orphans).
+    run_dir = tmp_path / "1.0"
+    script = (f"#!/bin/sh\nsleep 300 &\necho $! > bg.pid\n"
+              f"{sys.executable} -c 'import os, time; os.setpgid(0, 0); "
+              "open(\"group.pid\", \"w\").write(str(os.getpid())); time.sleep(300)' &\n"
+              "while [ ! -s group.pid ]; do sleep 0.05; done\n")
+    status = _finish(_launch(run_dir, script), run_dir)
+    assert (status["state"], status["exit_code"]) == ("COMPLETED", 0)
+    pids = [int((run_dir / name).read_text()) for name in ("bg.pid", "group.pid")]
+    wait_for(lambda: all(_gone(pid) for pid in pids), "the job's leftovers to be killed",
+             timeout=10.0)
+
+
 def test_a_stop_order_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     target = tmp_path / "precious"
     target.write_text("keep")

@@ -381,10 +381,10 @@ def test_gq_sim_table_and_usage_errors(tmp_path, capsys):
 def test_simulator_stays_pure_and_out_of_other_commands():
     code = ("import sys, gq.sim.engine, gq.sim.baselines, gq.sim.metrics, gq.sim.replay\n"
             "bad = [m for m in ('sqlite3', 'zmq', 'typer', 'rich') if m in sys.modules]\n"
-            "from gq.cli import main; main._register()\n"
+            "from gq.cli import app; app.register()\n"
             "print(bad, 'gq.sim' in sys.modules)\n")
     pure = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert pure.stdout.split("\n")[0] == "[] True", pure.stderr
-    cli = subprocess.run([sys.executable, "-c", "import sys; from gq.cli import main; main._register();"
+    cli = subprocess.run([sys.executable, "-c", "import sys; from gq.cli import app; app.register();"
                           " print('gq.sim' in sys.modules)"], capture_output=True, text=True, cwd=REPO)
     assert cli.stdout.strip() == "False", cli.stderr

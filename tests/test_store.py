@@ -150,6 +150,19 @@ def test_ids_increase_and_missing_job_is_none(store: Store):
     assert store.get_job(b.id + 100) is None
 
 
+def test_jobs_inserted_together_get_the_next_ids_in_order(store: Store):
+    before = _insert(store, _job()).id
+    jobs = [_job(spec={"name": f"j{i}", "env": {"I": str(i)}}) for i in range(5)]
+    with store.tx():
+        store.insert_jobs(jobs)
+    assert [j.id for j in jobs] == list(range(before + 1, before + 6))
+    for job in jobs:
+        assert store.get_job(job.id).spec == job.spec
+    assert _insert(store, _job()).id == before + 6
+    assert [j.id for j in store.history(0, 2000, after=before + 2, limit=2)] == [before + 3,
+                                                                                 before + 4]
+
+
 def test_update_job_writes_only_named_columns(store: Store):
     job = _insert(store, _job())
     job.state, job.reason, job.exit_code = JobState.RUNNING, "changed in memory", 9

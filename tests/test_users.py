@@ -33,8 +33,9 @@ pytestmark = pytest.mark.skipif(
 AS_USER = r"""
 import os, sys
 import msgpack, zmq
-import gq.cli.main as cli, gq.client, gq.cli.render, gq.protocol
-cli._register()
+import gq.cli.main as cli, gq.cli.app, gq.cli.fast, gq.client, gq.cli.render, gq.protocol
+import gq.arrays, gq.deps
+gq.cli.app.register()
 uid, gid, groups, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 os.setgroups([int(g) for g in groups.split(",") if g])
 os.setgid(gid)

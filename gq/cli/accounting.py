@@ -8,8 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from gq.cli import render
-from gq.cli.jobs import _client, _states
+from gq.cli import query, render
 from gq.model import iso_time, parse_time
 
 #: How a run that ended this way wasted its GPU time (`gq report`); other outcomes are use.
@@ -40,9 +39,9 @@ def history(
     now = time.time()
     start = parse_time(since, now) if since else parse_time("today", now)
     end = parse_time(until, now) if until else now
-    with _client() as client:
+    with query.client() as client:
         who = None if all_users else (user or client._user)
-        jobs = client.history(start, end, user=who, states=_states(state))
+        jobs = client.history(start, end, user=who, states=query.states(state))
     if as_json:
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "since": iso_time(start),
                           "until": iso_time(end), "jobs": jobs})
@@ -72,7 +71,7 @@ def report(
     now = time.time()
     start = parse_time(since or "now-7d", now)
     end = parse_time(until, now) if until else now
-    with _client() as client:
+    with query.client() as client:
         rows = client.accounting(start, end)
     data = {"schema_version": render.JSON_SCHEMA_VERSION, "since": iso_time(start),
             "until": iso_time(end), **summarize(rows)}

@@ -7,10 +7,12 @@ older typers use click itself. Exceptions and ParameterSource must come from the
 from typer import Abort, Exit
 
 try:
+    from typer._click import types as click_types
     from typer._click.core import ParameterSource
     from typer._click.exceptions import ClickException, UsageError
 except ImportError:  # typer < 0.29
+    from click import types as click_types  # type: ignore[no-redef]
     from click.core import ParameterSource  # type: ignore[no-redef]
     from click.exceptions import ClickException, UsageError  # type: ignore[no-redef]
 
-__all__ = ["Abort", "ClickException", "Exit", "ParameterSource", "UsageError"]
+__all__ = ["Abort", "ClickException", "Exit", "ParameterSource", "UsageError", "click_types"]

@@ -10,15 +10,11 @@ from typing import Any, Optional
 import typer
 
 from gq.arrays import parse_ref
-from gq.cli import render
-from gq.cli.submit import exit_code_of
+from gq.cli import query, render
+from gq.cli.submission import exit_code_of
 from gq.errors import RefusedError, UsageError
 from gq.model import parse_duration, parse_signal
 
-_STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-           "PREEMPTED")
-_SHORT = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
-          "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED"}
 #: How often `gq logs --follow` looks for new output, in seconds.
 FOLLOW_POLL_S = 0.25
 
@@ -36,24 +32,6 @@ def register(app: typer.Typer) -> None:
     app.command("logs")(logs)
 
 
-def _client():  # noqa: ANN202 - lazy import keeps `gq --help` fast
-    from gq.client import Client
-    return Client()
-
-
-def _states(text: Optional[str]) -> Optional[list[str]]:
-    if not text:
-        return None
-    out = []
-    for item in text.upper().split(","):
-        state = _SHORT.get(item, item)
-        if state not in _STATES:
-            raise UsageError(f"bad state {item!r}: expected one of {', '.join(_STATES)} "
-                             "(or PD, R, CD, F, CA, TO, NF, PR)")
-        out.append(state)
-    return out
-
-
 def queue(
     me: bool = typer.Option(False, "--me", help="only my jobs"),
     user: Optional[str] = typer.Option(None, "-u", "--user", help="only this user's jobs"),
@@ -64,19 +42,7 @@ def queue(
     start: bool = typer.Option(False, "--start", help="pending jobs with their expected start time and nodes"),
 ) -> int:
     """List pending and running jobs (like squeue)."""
-    states = _states(state)
-    if start:
-        if states and "PENDING" not in states:
-            raise UsageError("--start lists pending jobs only: leave out --state or include PD")
-        states = ["PENDING"]
-    with _client() as client:
-        who = client._user if me else user
-        jobs = client.queue(user=who, states=states, all=all_jobs, start=start)
-    if as_json:
-        render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": jobs})
-    else:
-        render.listing(*(render.start_rows if start else render.queue_rows)(jobs), parsable)
-    return 0
+    return query.queue(me, user, state, all_jobs, as_json, parsable, start)
 
 
 def show(job: str = typer.Argument(..., help="job id"),
@@ -85,15 +51,7 @@ def show(job: str = typer.Argument(..., help="job id"),
                                        help="one 'Field|Value' line per field, a header first")
          ) -> int:
     """Show everything about one job (like scontrol show job)."""
-    with _client() as client:
-        data = client.show(parse_ref(job))
-    if as_json:
-        render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, **data})
-    elif parsable:
-        render.parsable(["Field", "Value"], render.job_fields(data))
-    else:
-        render.show_job(data)
-    return 0
+    return query.show(job, as_json, parsable)
 
 
 def cancel(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its tasks; 123_7: one)"),
@@ -142,7 +100,7 @@ def requeue(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: 
 def _act(jobs: list[str], verb: str, past: str, call: Any) -> int:
     """Send one request for all the jobs; name each refused one and its reason on stderr."""
     ids = [parse_ref(j) for j in jobs]
-    with _client() as client:
+    with query.client() as client:
         result = call(client, ids)
     for job_id, why in result["errors"].items():
         render.message(f"cannot {verb} job {job_id}: {why}")
@@ -155,7 +113,7 @@ def wait(jobs: list[str] = typer.Argument(..., help="job ids"),
          as_json: bool = typer.Option(False, "--json", help="print the final records as JSON")) -> int:
     """Block until the jobs end; exit with the first failure's exit code, else 0."""
     ids = [parse_ref(j) for j in jobs]
-    with _client() as client:
+    with query.client() as client:
         done = client.wait(ids)
     if as_json:
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": done})
@@ -168,7 +126,7 @@ def logs(job: str = typer.Argument(..., help="job id"),
          err: bool = typer.Option(False, "--err", help="the job's stderr file instead of stdout")) -> int:
     """Print a job's output file."""
     job_id = parse_ref(job)
-    with _client() as client:
+    with query.client() as client:
         data = client.show(job_id)
         path = Path(data["stderr" if err else "stdout"])
         offset = _copy(path, 0)

@@ -1,28 +1,15 @@
-"""`gq submit`: options, `#GQ`/`#SBATCH` directives, the job spec, and `--wait`."""
+"""`gq submit`'s options for typer; what it does is gq/cli/submission.py's."""
 
 from __future__ import annotations
 
-import os
-import sys
-import time as _time
-from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
-from gq.cli import render
+from gq.cli import submission
 from gq.cli.clickcompat import ParameterSource
 from gq.cli.clickcompat import UsageError as ClickUsageError
-from gq.arrays import parse_array
-from gq.cli.directives import directive_lines, translate_slurm
-from gq.deps import parse_dependency
 from gq.errors import UsageError
-from gq.model import JobSpec, parse_duration, parse_signal, parse_size, parse_time
-
-#: Options whose value directives may supply; the command line wins over both kinds of line.
-_MERGEABLE = ("gpus", "nodes", "gpu_type", "gpu_mem", "cpus", "mem", "time", "qos", "name",
-              "output", "error", "chdir", "export", "no_requeue", "job_signal", "array",
-              "dependency", "kill_on_invalid_dep", "hold", "begin", "account", "share", "retries")
 
 
 def register(app: typer.Typer) -> None:
@@ -76,129 +63,17 @@ def submit(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> int:
     """Submit a batch job (like sbatch)."""
-    text, default_name = _script_text(script, wrap)
-    values = _merge_directives(ctx, text)
-    spec = build_spec(text, default_name, list(args or []), values)
-    from gq.client import Client
-    with Client() as client:
-        job_id = client.submit([spec])[0]
-        if parsable:
-            print(job_id)
-        elif as_json:
-            render.emit_json({"id": job_id})
-        else:
-            print(f"Submitted batch job {job_id}")
-        sys.stdout.flush()
-        if wait:
-            return exit_code_of(client.wait([job_id])[0])
-    return 0
+    text, default_name = submission.script_text(script, wrap)
+    given = {k for k in ctx.params if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+    return submission.run(text, default_name, ctx.params, given,
+                          lambda words: _parse_words(ctx, words))
 
 
-def _script_text(script: str | None, wrap: str | None) -> tuple[str, str]:
-    if wrap is not None:
-        if script:
-            raise UsageError("give either a SCRIPT or --wrap, not both")
-        return f"#!/bin/sh\n{wrap}\n", "wrap"
-    if script is None or script == "-":
-        if script is None and sys.stdin.isatty():
-            raise UsageError("nothing to run: give a SCRIPT, '-' for stdin, or --wrap 'COMMAND'")
-        return sys.stdin.read(), "stdin"
+def _parse_words(ctx: typer.Context, words: list[str]) -> submission.Parsed:
+    """Directive words read as `gq submit`'s command line would be."""
     try:
-        text = Path(script).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read script {script!r}: {exc}") from None
-    if not text.startswith("#!"):
-        raise UsageError(f"{script}: this does not look like a batch script: the first line must "
-                         "start with #! and an interpreter, e.g. #!/bin/bash")
-    return text, os.path.basename(script)
-
-
-def _merge_directives(ctx: typer.Context, text: str) -> dict[str, Any]:
-    """Option values from `#SBATCH`, then `#GQ` lines, then the command line (last wins)."""
-    values = {k: ctx.params[k] for k in _MERGEABLE}
-    gq_words, slurm_words = directive_lines(text)
-    warnings: list[str] = []
-    layers = [translate_slurm(slurm_words, warnings), gq_words]
-    for warning in warnings:
-        render.message(warning)
-    for words in layers:
-        if not words:
-            continue
-        try:
-            sub = ctx.command.make_context("submit", list(words), parent=ctx.parent)
-        except ClickUsageError as exc:
-            raise UsageError(f"bad directive in the script: {exc.format_message()}") from None
-        for key in _MERGEABLE:
-            if sub.get_parameter_source(key) == ParameterSource.COMMANDLINE and \
-                    ctx.get_parameter_source(key) != ParameterSource.COMMANDLINE:
-                values[key] = sub.params[key]
-    return values
-
-
-def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any]) -> JobSpec:
-    """A JobSpec from option values, with every value checked here, before anything is sent."""
-    if v["gpus"] < 0:
-        raise UsageError(f"bad --gpus {v['gpus']}: must be 0 or more")
-    if v["nodes"] < 1:
-        raise UsageError(f"bad --nodes {v['nodes']}: must be 1 or more")
-    if v["cpus"] < 0:
-        raise UsageError(f"bad --cpus {v['cpus']}: must be 0 or more")
-    if v["retries"] is not None and v["retries"] < 0:
-        raise UsageError(f"bad --retries {v['retries']}: must be 0 or more")
-    if v["retries"] and v["no_requeue"]:
-        raise UsageError("--retries and --no-requeue contradict each other: --no-requeue means "
-                         "no requeue at all (--retries 0 ends NODE_FAIL at the first node fault)")
-    if v["share"] and not (v["gpu_mem"] and v["gpus"]):
-        raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it), "
-                         "e.g. --share --gpu-mem 20G, and at least one GPU")
-    cwd = os.path.abspath(v["chdir"]) if v["chdir"] else os.getcwd()
-    return JobSpec(
-        script=text, name=v["name"] or default_name, args=args, user="", uid=os.getuid(),
-        gid=os.getgid(), cwd=cwd, env=export_env(v["export"], dict(os.environ)),
-        nodes=v["nodes"], gpus=v["gpus"], gpu_type=v["gpu_type"],
-        gpu_mem=parse_size(v["gpu_mem"]) if v["gpu_mem"] else None, cpus=v["cpus"],
-        mem=parse_size(v["mem"]) if v["mem"] else 0,
-        time_limit_s=parse_duration(v["time"]) if v["time"] else None, qos=v["qos"],
-        output=v["output"], error=v["error"], requeue=not v["no_requeue"],
-        retries=v["retries"],
-        signal=str(parse_signal(v["job_signal"])) if v["job_signal"] else None,
-        hold=v["hold"], kill_on_invalid_dep=v["kill_on_invalid_dep"], account=v["account"],
-        begin_time=parse_time(v["begin"], _time.time(), future=True) if v["begin"] else None,
-        dependency=str(parse_dependency(v["dependency"])) if v["dependency"] else None,
-        array=_checked_array(v["array"]), share=v["share"])
-
-
-def _checked_array(text: str | None) -> str | None:
-    if text is None:
-        return None
-    parse_array(text)  # a bad spec is a usage error here, before anything is sent
-    return text.strip()
-
-
-def export_env(export: str, environ: dict[str, str]) -> dict[str, str]:
-    """Slurm's --export: ALL, NONE, or a list of VAR / VAR=VALUE (with ALL: added to everything)."""
-    items = [i for i in export.split(",") if i]
-    if not items:
-        raise UsageError("bad --export '': expected ALL, NONE or VAR[=VALUE],...")
-    env: dict[str, str] = {}
-    for item in items:
-        if item == "ALL":
-            env.update(environ)
-        elif item == "NONE":
-            continue
-        elif "=" in item:
-            key, _, value = item.partition("=")
-            env[key] = value
-        elif item.replace("_", "").isalnum():
-            if item in environ:
-                env[item] = environ[item]
-        else:
-            raise UsageError(f"bad --export item {item!r}: expected ALL, NONE, VAR or VAR=VALUE")
-    return env
-
-
-def exit_code_of(job: dict[str, Any]) -> int:
-    """The exit status `--wait` and `gq wait` return for a finished job."""
-    if job["exit_code"] is not None:
-        return int(job["exit_code"])
-    return 0 if job["state"] == "COMPLETED" else 1
+        sub = ctx.command.make_context("submit", words, parent=ctx.parent)
+    except ClickUsageError as exc:
+        raise UsageError(f"bad directive in the script: {exc.format_message()}") from None
+    return sub.params, {k for k in sub.params
+                        if sub.get_parameter_source(k) == ParameterSource.COMMANDLINE}

@@ -35,7 +35,8 @@ def watch(
     from gq.client import Client
     with Client() as client:
         user = client._user if me else None
-        fetch = lambda: (client.queue(user=user), client.nodes())  # noqa: E731
+        fetch = lambda: (client.queue(user=user, fields=render.QUEUE_FIELDS),  # noqa: E731
+                         client.nodes())
         try:
             if render.terminal():
                 _live(fetch, interval, count)

@@ -6,11 +6,13 @@ in `outbox_nodes` / `deferred` for the daemon loop to send after the transaction
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import heapq
 import logging
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,8 @@ from gq.deps import ParentState, parse_dependency
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
 from gq.head import gate, limits
 from gq.head.auth import Caller
-from gq.model import (Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
+from gq.head.index import JobIndex
+from gq.model import (JOB_FIELDS, Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
                       format_size, iso_time, parse_signal)
 from gq.head.usage import Usage
 from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, placement, plan
@@ -35,6 +38,11 @@ LAUNCH_RESEND_S = 5.0
 #: Finished jobs stay visible in `gq queue --all` this long, in seconds (Slurm's MinJobAge).
 RECENT_S = 300.0
 MAX_JOBS_PER_NODE_COUNT = 64
+#: A page of a listing holds records of at most this many bytes (msgpack), half the message
+#: limit: the rest of the reply always fits.
+PAGE_BYTES = defaults.MAX_MESSAGE_BYTES // 2
+#: Most jobs one `history` reply holds when the client asks for no page (older clients).
+HISTORY_MAX = 100_000
 #: `reason` of a running job being preempted; it is requeued (or ends PREEMPTED) once stopped.
 PREEMPTED = "Preempted"
 #: `reason` of a running job that `gq requeue` is stopping; it is requeued once stopped.
@@ -59,6 +67,18 @@ class Parked:
     rid: int
     ids: list[int]
     deadline: float
+
+
+@dataclass
+class _Intake:
+    """What every spec of one submit request shares, worked out once per request."""
+
+    #: The nodes as the scheduler sees them (a scan of the live jobs).
+    views: tuple[NodeView, ...]
+    #: The caller's primary group; None when the passwd database does not know the caller.
+    gid: int | None
+    #: Shapes (nodes, GPUs, GPU type, VRAM) some node could hold: checked once each.
+    fits: set[tuple[Any, ...]] = field(default_factory=set)
 
 
 @dataclass
@@ -94,6 +114,12 @@ class Head:
         #: Array job id -> task index -> job id, for the arrays' tasks in `jobs`.
         self.arrays: dict[int, dict[int, int]] = {}
         self.queued = limits.Queued()
+        #: Job id -> (the spec it was made from, the scheduler's view of the pending job).
+        self.views: dict[int, tuple[JobSpec, PendingJob]] = {}
+        #: Job id -> (its spec, alloc, (start time, ending) and the scheduler's view of it
+        #: holding GPUs, made from them).
+        self.running_views: dict[int, tuple[JobSpec, dict, tuple[Any, ...], RunningJob]] = {}
+        self.index = JobIndex()
         for job in self.store.live_jobs():
             self._track(job)
         #: Parents of dependencies that have ended, as the store has them (read once each).
@@ -112,9 +138,13 @@ class Head:
         for job in self.store.finished_jobs(since=now - 4 * self.usage.half_life_s, limit=100_000):
             self.usage.charge(job, job.end_time or now)
         self.launches: dict[int, Launch] = {}
-        for job in self.jobs.values():
+        #: Heap of (sent_at, job id): when each launch was sent, for resending unconfirmed
+        #: ones (an entry whose launch was sent again since, or is gone, is skipped).
+        self.resends: list[tuple[float, int]] = []
+        for job in self.index.placed():
             if job.holds_alloc:
                 self.launches[job.id] = Launch(sent_at=0.0, holding=set(job.alloc))
+                self._remind(job.id)
         self.outbox_nodes.clear()
         self.dirty = True
 
@@ -137,37 +167,50 @@ class Head:
                 "proven": caller.proven, "pid": os.getpid()}
 
     def _req_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        # Node views cost a scan of live jobs: build them once per request, not once per spec.
-        views = self._node_views()
-        specs = [self._accept_spec(protocol.check_spec(s), caller, views) for s in msg["jobs"]]
+        intake = _Intake(views=self._node_views(), gid=_primary_gid(caller.uid))
+        specs = [self._accept_spec(protocol.check_spec(s), caller, intake) for s in msg["jobs"]]
         if not specs:
             raise UsageError("nothing to submit")
         limits.check_submit(self.cfg, self.queued, specs)
         ids = []
+        singles: list[Job] = []  # jobs not in an array: inserted together, in request order
         for spec in specs:
             hold = "user" if spec.hold else ""
             if spec.array:
                 # One row per task, inserted together; the array's id is its first task's.
                 tasks = [Job(id=0, spec=spec, submit_time=now, reason="None", array_index=i,
                              hold=hold) for i in parse_array(spec.array).indices]
+                self._insert(singles)
                 self.store.insert_array(tasks)
             else:
                 tasks = [Job(id=0, spec=spec, submit_time=now, reason="None", hold=hold)]
-                tasks[0].id = self.store.insert_job(tasks[0])
+                singles.append(tasks[0])
+            ids.append(tasks)
+        self._insert(singles)
+        for tasks in ids:
             for job in tasks:
                 self._track(job)
-            ids.append(tasks[0].id)
         self.dirty = True
-        return {"ids": ids}
+        return {"ids": [tasks[0].id for tasks in ids]}
+
+    def _insert(self, jobs: list[Job]) -> None:
+        """Insert jobs waiting in `jobs` (one statement for them all) and empty it; ids in order."""
+        if jobs:
+            self.store.insert_jobs(jobs)
+            jobs.clear()
 
     def _track(self, job: Job) -> None:
         self.jobs[job.id] = job
+        self.index.add(job)
         self.queued.add(job)
         if job.array_job_id is not None:
             self.arrays.setdefault(job.array_job_id, {})[job.array_index or 0] = job.id
 
     def _untrack(self, job: Job) -> None:
         self.jobs.pop(job.id, None)
+        self.index.drop(job)
+        self.views.pop(job.id, None)
+        self.running_views.pop(job.id, None)
         self.queued.remove(job)
         tasks = self.arrays.get(job.array_job_id) if job.array_job_id is not None else None
         if tasks is not None:
@@ -175,8 +218,13 @@ class Head:
             if not tasks:
                 del self.arrays[job.array_job_id]
 
-    def _accept_spec(self, raw: dict[str, Any], caller: Caller,
-                     views: tuple[NodeView, ...]) -> JobSpec:
+    def _save(self, job: Job, *fields: str) -> None:
+        """Write a changed job through to the store (only `fields`, or all of it) and file it
+        anew in the index: every change to a job in memory goes through here."""
+        self.store.update_job(job, *fields)
+        self.index.update(job)
+
+    def _accept_spec(self, raw: dict[str, Any], caller: Caller, intake: _Intake) -> JobSpec:
         """Check what a spec means (ranges, QOS, limits) and bind it to the caller."""
         spec = JobSpec.from_dict(raw)
         spec.uid = caller.uid
@@ -184,8 +232,8 @@ class Head:
         if caller.uid == 0 and not self.cfg.auth.allow_root_jobs:
             raise PermissionDenied("permission denied: jobs of root are refused on this cluster "
                                    "([auth] allow_root_jobs = false); submit as a user")
-        if caller.proven or spec.gid < 0:
-            spec.gid = _primary_gid(caller.uid, spec.gid)
+        if (caller.proven or spec.gid < 0) and intake.gid is not None:
+            spec.gid = intake.gid
         if not 1 <= spec.nodes <= MAX_JOBS_PER_NODE_COUNT:
             raise UsageError(f"bad node count {spec.nodes}: expected 1..{MAX_JOBS_PER_NODE_COUNT}")
         if not 0 <= spec.gpus <= MAX_GPUS_PER_NODE:
@@ -232,16 +280,20 @@ class Head:
                 if parent not in self.jobs and self.store.get_job(parent) is None:
                     # As sbatch: a dependency on a job nobody knows is refused, not kept waiting.
                     raise RefusedError(f"job dependency problem: job {parent} does not exist")
-        self._check_satisfiable(spec, views)
+        self._check_satisfiable(spec, intake)
         return spec
 
-    def _check_satisfiable(self, spec: JobSpec, views: tuple[NodeView, ...]) -> None:
+    def _check_satisfiable(self, spec: JobSpec, intake: _Intake) -> None:
         """Refuse a job no known node could ever hold, saying why (as sbatch does)."""
         if not self.nodes:
             return  # nothing registered yet (a fresh head): the job waits for nodes instead
+        shape = (spec.nodes, spec.gpus, spec.gpu_type, spec.gpu_mem)
+        if shape in intake.fits:
+            return
         view = _pending_view(Job(id=0, spec=spec))
-        hosts = [n for n in views if placement.could_ever_fit(n.gpus, view)]
+        hosts = [n for n in intake.views if placement.could_ever_fit(n.gpus, view)]
         if len(hosts) >= spec.nodes:
+            intake.fits.add(shape)
             return
         want = f"{spec.gpus} GPU(s)" + (f" of type {spec.gpu_type}" if spec.gpu_type else "") \
             + (f" with at least {format_size(spec.gpu_mem)} each" if spec.gpu_mem else "")
@@ -341,7 +393,7 @@ class Head:
                                "pending jobs can be held")
         job.hold = "admin" if caller.admin and job.spec.uid != caller.uid else "user"
         job.reason = gate.HELD[job.hold]
-        self.store.update_job(job, "hold", "reason")
+        self._save(job, "hold", "reason")
         self.reservations.pop(job.id, None)
         self.dirty = True
 
@@ -352,7 +404,7 @@ class Head:
             raise PermissionDenied(f"permission denied: job {job.ref} was held by an "
                                    "administrator; only an administrator can release it")
         job.hold, job.reason = "", "None"
-        self.store.update_job(job, "hold", "reason")
+        self._save(job, "hold", "reason")
         self.dirty = True
 
     def requeue(self, job: Job) -> None:
@@ -365,7 +417,7 @@ class Head:
         if job.state == JobState.RUNNING:
             if job.reason not in STOPPING:
                 job.reason = REQUEUED
-                self.store.update_job(job, "reason")
+                self._save(job, "reason")
                 self._send_kill(job.alloc, job.id, job.restart_count, "TERM")
             return
         if job.holds_alloc:
@@ -374,7 +426,7 @@ class Head:
         job.end_time = job.exit_code = None
         job.restart_count += 1
         job.node_fail_count = 0  # a person chose to run it again: its --retries start afresh
-        self.store.update_job(job)
+        self._save(job)
         self.ended.pop(job.id, None)
         self._track(job)
         self.dirty = True
@@ -419,7 +471,7 @@ class Head:
                 raise
         job.spec = new
         self.queued.add(job)  # under its new QOS (a no-op when that did not change)
-        self.store.update_job(job, "time_limit_s", "qos", "name")
+        self._save(job, "time_limit_s", "qos", "name")
         self.reservations.pop(job.id, None)
         self.dirty = True
 
@@ -444,21 +496,33 @@ class Head:
             self._send_kill(job.alloc, job.id, job.restart_count, "TERM")
 
     def _req_queue(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        """Live jobs (and with `all`, or states past running, those ended in the last
+        RECENT_S), oldest first: all of them, or with `limit` a page of those after `after`."""
         states = set(msg.get("states") or [])
-        jobs = [j for j in self.jobs.values() if not j.state.terminal]
+        after = msg.get("after", 0)
+        live = self.jobs
+        jobs: Iterable[Job] = (live[i] for i in _ids_after(live, after)
+                               if not live[i].state.terminal)
         if msg.get("all") or states - {"PENDING", "RUNNING"}:
-            recent = self.store.finished_jobs(since=now - RECENT_S)
-            jobs = sorted({j.id: j for j in (*jobs, *recent)}.values(), key=lambda j: j.id)
+            recent = {j.id: j for j in self.store.finished_jobs(since=now - RECENT_S)
+                      if j.id > after}  # the store's record wins, as it is the later one
+            jobs = heapq.merge((j for j in jobs if j.id not in recent), recent.values(),
+                               key=lambda j: j.id)
         if user := msg.get("user"):
-            jobs = [j for j in jobs if j.spec.user == user]
+            jobs = (j for j in jobs if j.spec.user == user)
         if states:
-            jobs = [j for j in jobs if j.state.value in states]
-        out = [j.to_json() for j in jobs]
-        if msg.get("start"):  # squeue --start: the scheduler's reservations of pending jobs
-            for job, data in zip(jobs, out):
-                if job.state == JobState.PENDING:
-                    data.update(self._expected(job))
-        return {"jobs": out}
+            jobs = (j for j in jobs if j.state.value in states)
+        fields = _fields(msg)
+        if not msg.get("start"):
+            return _paged(jobs, lambda j: j.to_json(fields), msg.get("limit"))
+
+        def with_start(job: Job) -> dict[str, Any]:
+            # squeue --start: the scheduler's reservations of pending jobs
+            data = job.to_json(fields)
+            if job.state == JobState.PENDING:
+                data.update(self._expected(job))
+            return data
+        return _paged(jobs, with_start, msg.get("limit"))
 
     def _expected(self, job: Job) -> dict[str, Any]:
         """When and where the last pass expects a pending job to start (None: no reservation)."""
@@ -480,8 +544,13 @@ class Head:
         return {"job": data}
 
     def _req_history(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"))
-        return {"jobs": [j.to_json() for j in jobs]}
+        """Jobs of the store in sacct's window, by id: up to HISTORY_MAX of them, or with
+        `limit` a page of those after `after`."""
+        limit = msg.get("limit")
+        jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"),
+                                  after=msg.get("after", 0),
+                                  limit=HISTORY_MAX if limit is None else limit + 1)
+        return _paged(jobs, lambda j: j.to_json(), limit)
 
     def _req_accounting(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                         ) -> dict:
@@ -503,7 +572,7 @@ class Head:
 
     def _req_nodes(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         holders: dict[tuple[str, int], int] = {}
-        for job in self.jobs.values():
+        for job in self.index.placed():
             if job.holds_alloc:
                 for node, gpus in job.alloc.items():
                     holders.update({(node, g): job.id for g in gpus})
@@ -625,7 +694,9 @@ class Head:
             job = self.jobs.get(job_id)
             if job and job.state == JobState.RUNNING and job.restart_count == restart \
                     and name in job.alloc:
-                self.launches.setdefault(job_id, Launch(now, holding=set(job.alloc)))
+                if job_id not in self.launches:
+                    self.launches[job_id] = Launch(now, holding=set(job.alloc))
+                    self._remind(job_id)
                 self.launches[job_id].confirmed.add(name)
             else:
                 # Not ours to run (cancelled, requeued, forgotten): stop it on the node.
@@ -640,8 +711,8 @@ class Head:
                 self._lose_job(job, now)
 
     def _running_on(self, name: str) -> list[Job]:
-        return [j for j in self.jobs.values()
-                if j.state == JobState.RUNNING and name in j.alloc and j.id in self.launches]
+        return [j for j in self.index.on_node(name)
+                if j.state == JobState.RUNNING and j.id in self.launches]
 
     def _check_health(self, node: Node, problems: list[Any], now: float) -> None:
         """Fail fast: a node whose GPU reports an error (XID, ECC, GPU lost) is drained with it,
@@ -673,7 +744,7 @@ class Head:
             if msg.get("note") and job.state.terminal and not job.reason:
                 # Why it could not start (its output file, say): shown by `gq show`.
                 job.reason = str(msg["note"])[:protocol.MAX_NOTE]
-                self.store.update_job(job, "reason")
+                self._save(job, "reason")
 
     def _rank_finished(self, job: Job, launch: Launch, now: float) -> None:
         if job.state == JobState.RUNNING and job.reason in STOPPING:
@@ -711,7 +782,7 @@ class Head:
         job.state, job.reason, job.alloc, job.start_time = JobState.PENDING, "", {}, None
         job.holds_alloc = False
         job.restart_count += 1
-        self.store.update_job(job)
+        self._save(job)
         self.dirty = True
         log.info("job %d preempted and requeued (run %d next)", job.id, job.restart_count)
 
@@ -723,7 +794,7 @@ class Head:
         self.queued.remove(job)
         if job.id not in self.launches:
             job.holds_alloc = False
-        self.store.update_job(job, "state", "end_time", "exit_code", "reason", "holds_alloc")
+        self._save(job, "state", "end_time", "exit_code", "reason", "holds_alloc")
         if not job.holds_alloc:
             self._untrack(job)
         self.dirty = True
@@ -733,7 +804,7 @@ class Head:
         """The nodes no longer run any rank of `job`: its GPUs are free."""
         self.launches.pop(job.id, None)
         job.holds_alloc = False
-        self.store.update_job(job, "holds_alloc")
+        self._save(job, "holds_alloc")
         if job.state.terminal:
             self._untrack(job)
         self.dirty = True
@@ -747,9 +818,11 @@ class Head:
             if node.name in self.registered and node.state != NodeState.DOWN \
                     and now - node.last_seen > timeout:
                 self.node_down(node, f"no heartbeat for {now - node.last_seen:.0f}s", now)
-        for job_id, launch in self.launches.items():
-            job = self.jobs.get(job_id)
-            if job and job.state == JobState.RUNNING and now - launch.sent_at > LAUNCH_RESEND_S:
+        while self.resends and now - self.resends[0][0] > LAUNCH_RESEND_S:
+            sent_at, job_id = heapq.heappop(self.resends)
+            launch, job = self.launches.get(job_id), self.jobs.get(job_id)
+            # Once its job stops running or all its nodes confirmed, a launch is never resent.
+            if launch and launch.sent_at == sent_at and job and job.state == JobState.RUNNING:
                 missing = set(job.alloc) - launch.confirmed
                 if missing:
                     self._send_launch(job, now, only=missing)
@@ -765,7 +838,7 @@ class Head:
             f" (drained: {node.drain_reason})" if node.drain_reason else "")
         self.registered.discard(node.name)
         self.store.save_node(node)
-        for job in [j for j in self.jobs.values() if node.name in j.alloc and j.holds_alloc]:
+        for job in [j for j in self.index.on_node(node.name) if j.holds_alloc]:
             if job.state == JobState.RUNNING:
                 self._lose_job(job, now)
             else:
@@ -792,26 +865,28 @@ class Head:
             job.restart_count += 1
             job.node_fail_count += 1
             job.start_time = None
-            self.store.update_job(job)
+            self._save(job)
             self.dirty = True
         else:
             self._finish(job, JobState.NODE_FAIL, now, exit_code=None)
             if job.spec.requeue:
                 job.reason = f"node fault, no retries left (--retries {retries})"
-                self.store.update_job(job, "reason")
+                self._save(job, "reason")
 
     def schedule(self, now: float) -> None:
         """One pass of the pure scheduler; its starts are persisted here and launched after commit."""
         self.dirty = False
-        screen = gate.screen(self.jobs.values(), now, self._parent)
+        # Held jobs are screened once after their hold (their reason changes with it only).
+        screen = gate.screen([*self.index.ready(), *self.index.take_fresh()], now, self._parent,
+                             self.index.live())
         self.wake_at = screen.wake_at
-        eligible, held = limits.screen(screen.eligible, self.jobs.values(), self.cfg.qos)
+        eligible, held = limits.screen(screen.eligible, self.index.placed(), self.cfg.qos)
         self._set_reasons([*screen.waiting, *((j, limits.QOS_LIMIT) for j in held)])
         for job in screen.invalid:  # --kill-on-invalid-dep
             self.cancel(job, now)
             job.reason = gate.NEVER
-            self.store.update_job(job, "reason")
-        pending = tuple(_pending_view(j) for j in eligible)
+            self._save(job, "reason")
+        pending = tuple(self._view(j) for j in eligible)
         if not pending:
             self.reservations = {}
             return
@@ -829,9 +904,17 @@ class Head:
             job.state, job.reason, job.start_time = JobState.RUNNING, "", now
             job.alloc = {n: list(g) for n, g in start.alloc.items()}
             job.holds_alloc = True
-            self.store.update_job(job, "state", "reason", "start_time", "alloc", "holds_alloc")
+            self._save(job, "state", "reason", "start_time", "alloc", "holds_alloc")
             self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))
             self._send_launch(job, now)
+
+    def _view(self, job: Job) -> PendingJob:
+        """The scheduler's view of a pending job, made once per spec (`gq update` replaces the
+        spec): every pass reads all the queue's, and a kept view keeps its cached shape."""
+        kept = self.views.get(job.id)
+        if kept is None or kept[0] is not job.spec:
+            kept = self.views[job.id] = (job.spec, _pending_view(job))
+        return kept[1]
 
     def _set_reasons(self, reasons: Iterable[tuple[Job, str]]) -> None:
         """Give pending jobs their reason; the changed ones are written in one statement."""
@@ -866,7 +949,7 @@ class Head:
         name = sig.name if sig else "TERM"
         log.info("preempting job %d for job %d (SIG%s, grace %gs)", victim.id, for_job, name, grace)
         victim.reason = PREEMPTED
-        self.store.update_job(victim, "reason")
+        self._save(victim, "reason")
         self._send_kill(victim.alloc, victim.id, victim.restart_count, name,
                         batch_only=bool(sig and sig.batch_only), grace_s=grace)
 
@@ -878,20 +961,26 @@ class Head:
                 protocol.KILL, job_id=job_id, restart=restart, signal=signal, **extra)))
 
     def _running_views(self) -> tuple[RunningJob, ...]:
-        return tuple(RunningJob(id=j.id, qos=j.spec.qos or defaults.DEFAULT_QOS,
-                                alloc={n: tuple(g) for n, g in j.alloc.items()},
-                                start_time=j.start_time or 0.0,
-                                time_limit_s=j.spec.time_limit_s or 0, cpus=j.spec.cpus,
-                                mem=j.spec.mem, user=j.spec.user,
-                                share_mem=(j.spec.gpu_mem or 0) if j.spec.share else 0,
-                                ending=j.state != JobState.RUNNING or j.reason in STOPPING)
-                     for j in self.jobs.values() if j.holds_alloc)
+        return tuple(self._running_view(j) for j in self.index.placed() if j.holds_alloc)
+
+    def _running_view(self, job: Job) -> RunningJob:
+        """The scheduler's view of a job holding GPUs, made again only when what it shows
+        changed (a new run or spec, or it began to end): every pass reads thousands of them on
+        a big cluster, and few change between two passes."""
+        ending = job.state != JobState.RUNNING or job.reason in STOPPING
+        kept = self.running_views.get(job.id)
+        # A job's spec and alloc are replaced, never changed in place: `is` tells a change.
+        if kept is None or kept[0] is not job.spec or kept[1] is not job.alloc \
+                or kept[2] != (job.start_time, ending):
+            kept = self.running_views[job.id] = (job.spec, job.alloc, (job.start_time, ending),
+                                                 _running_view(job, ending))
+        return kept[3]
 
     def _node_views(self) -> tuple[NodeView, ...]:
         used: dict[str, set[int]] = {n: set() for n in self.nodes}
         cpus: dict[str, int] = dict.fromkeys(self.nodes, 0)
         mem: dict[str, int] = dict.fromkeys(self.nodes, 0)
-        for job in self.jobs.values():
+        for job in self.index.placed():
             if job.holds_alloc:
                 for node, gpus in job.alloc.items():
                     if node in used:
@@ -904,8 +993,13 @@ class Head:
                               schedulable=n.state == NodeState.UP)
                      for n in self.nodes.values())
 
+    def _remind(self, job_id: int) -> None:
+        """Look at the job's launch again LAUNCH_RESEND_S after it was sent."""
+        heapq.heappush(self.resends, (self.launches[job_id].sent_at, job_id))
+
     def _send_launch(self, job: Job, now: float, only: set[str] | None = None) -> None:
         self.launches[job.id].sent_at = now
+        self._remind(job.id)
         nodelist = list(job.alloc)
         job_json = job.to_json()
         for rank, (node, gpus) in enumerate(job.alloc.items()):
@@ -932,6 +1026,44 @@ def _ref(raw: Any) -> int | str:
     return raw
 
 
+def _ids_after(jobs: dict[int, Job], after: int) -> list[int]:
+    """The ids of `jobs` past `after`, in order (the dict is nearly in id order already, which
+    sorts in linear time)."""
+    ids = sorted(jobs)
+    return ids[bisect.bisect_right(ids, after):]
+
+
+def _fields(msg: dict[str, Any]) -> list[str] | None:
+    """The job fields a listing asks for (None: all of them)."""
+    fields = msg.get("fields")
+    if fields is not None:
+        for name in fields:
+            if not isinstance(name, str) or name not in JOB_FIELDS:
+                raise ProtocolError(f"{msg['type']}: unknown job field {name!r}")
+    return fields
+
+
+def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
+           limit: int | None) -> dict[str, Any]:
+    """A listing's reply: the records of all `jobs`; or with `limit`, of the first `limit` of
+    them that fit in PAGE_BYTES, and `next`, the id to ask for the rest after (None: none
+    left). A client that pages never meets the message size limit, however many jobs."""
+    if limit is None:
+        return {"jobs": [record(j) for j in jobs]}
+    out: list[dict[str, Any]] = []
+    size, last = 0, None
+    for job in jobs:
+        if len(out) == limit:
+            return {"jobs": out, "next": last}
+        data = record(job)
+        size += protocol.packed_size(data)
+        if out and size > PAGE_BYTES:
+            return {"jobs": out, "next": last}
+        out.append(data)
+        last = job.id
+    return {"jobs": out, "next": None}
+
+
 def _pending_view(job: Job) -> PendingJob:
     s = job.spec
     return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
@@ -940,10 +1072,20 @@ def _pending_view(job: Job) -> PendingJob:
                       share=s.share)
 
 
-def _primary_gid(uid: int, fallback: int) -> int:
+def _running_view(job: Job, ending: bool) -> RunningJob:
+    s = job.spec
+    return RunningJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS,
+                      alloc={n: tuple(g) for n, g in job.alloc.items()},
+                      start_time=job.start_time or 0.0, time_limit_s=s.time_limit_s or 0,
+                      cpus=s.cpus, mem=s.mem, user=s.user,
+                      share_mem=(s.gpu_mem or 0) if s.share else 0, ending=ending)
+
+
+def _primary_gid(uid: int) -> int | None:
+    """The uid's primary group, or None when the passwd database does not know the uid."""
     import pwd
     try:
         return pwd.getpwuid(uid).pw_gid
     except KeyError:
-        return fallback
+        return None
 

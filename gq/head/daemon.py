@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pwd
 import sys
@@ -19,7 +20,7 @@ from gq import defaults, keys, protocol, service
 from gq.errors import ConfigError, GqError, ProtocolError, StoreError
 from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
 from gq.head import metrics
-from gq.head.core import Head
+from gq.head.core import CHANGING_REQUESTS, Head
 from gq.pidfile import acquire
 from gq.store import Store
 
@@ -41,6 +42,11 @@ class HeadServer:
         self.head = Head(cfg, store, time.time())
         #: No scheduling pass before this time (set after a failed commit).
         self.schedule_after = 0.0
+        #: No pass for node events (job ends) before this time, the spacing after the last pass;
+        #: a client's change (submit, cancel, hold...) is seen by a pass before it is answered.
+        self.pass_after = 0.0
+        #: A request handled in the batch changed the queue.
+        self.client_changed = False
         self.ctx = zmq.Context()
         key_dir = Path(cfg.auth.key_dir) if cfg.auth.curve else None
         curve = keys.head_keys(key_dir) if key_dir else None  # a missing key stops gqd here
@@ -82,7 +88,7 @@ class HeadServer:
         start = time.monotonic()
         if self.metrics is None or start < self.publish_at:
             return
-        self.metrics.publish(metrics.sample(self.head.jobs.values(), self.head.nodes.values(),
+        self.metrics.publish(metrics.sample(self.head.index, self.head.nodes.values(),
                                             self.cfg.qos))
         cost = time.monotonic() - start
         self.publish_at = start + max(metrics.PUBLISH_S, cost / metrics.MAX_LOAD)
@@ -133,12 +139,17 @@ class HeadServer:
                  self.cfg.head.node_endpoint)
         service.notify("READY=1")
         while True:
-            due = self.head.dirty and time.time() >= self.schedule_after
+            pass_at = max(self.schedule_after, self.pass_after)
+            due = self.head.dirty and time.time() >= pass_at
             tick = defaults.LOOP_TICK_S
             if self.head.wake_at is not None:  # a --begin time: wake for it, not a tick late
                 tick = min(tick, max(0.0, self.head.wake_at - time.time()))
-            timeout_ms = 0 if due else int(tick * 1000)
+            if self.head.dirty and not due:  # the pass waits out its spacing: wake for it
+                tick = min(tick, max(0.0, pass_at - time.time()))
+            timeout_ms = 0 if due else math.ceil(tick * 1000)
+            asked = time.monotonic()
             events = dict(self.poller.poll(timeout_ms))
+            woke = time.monotonic()
             if self.signals.wake_r.fileno() in events or self.signals.wake_r in events:
                 self.signals.drain()
             if self.signals.stop_requests >= 2:
@@ -150,6 +161,8 @@ class HeadServer:
             node_msgs = self._recv_nodes() if self.nodes in events else []
             self._iteration(requests, node_msgs, time.time())
             self._publish()
+            if self.metrics is not None:
+                self.metrics.loop_turn(asked, timeout_ms / 1000, woke, time.monotonic())
             if self.signals.stop_requests:
                 log.info("stop signal: answered what had arrived; gqd stops, jobs keep running")
                 service.notify("STOPPING=1")
@@ -199,6 +212,7 @@ class HeadServer:
         """Handle everything that arrived in one transaction (group commit), then send."""
         replies: list[tuple[ClientRequest, bytes, bool]] = []
         self.submitted = 0
+        self.client_changed = False
         try:
             with self.store.tx():
                 for req in requests:
@@ -208,11 +222,16 @@ class HeadServer:
                 for name, payload in node_msgs:
                     self._node(name, payload, now)
                 self.head.tick(now)
-                if self.head.dirty and now >= self.schedule_after:
+                if self.head.dirty and now >= self.schedule_after and (
+                        self.client_changed or now >= self.pass_after):
                     started = time.perf_counter()
                     self.head.schedule(now)
+                    took = time.perf_counter() - started
                     if self.metrics is not None:
-                        self.metrics.pass_seconds.observe(time.perf_counter() - started)
+                        self.metrics.pass_seconds.observe(took)
+                    # A pass costs O(queue): the next waits PASS_SPACING times as long, so a
+                    # burst of job ends is one pass, not one each (on a small queue, no wait).
+                    self.pass_after = time.time() + took * defaults.PASS_SPACING
         except StoreError as exc:
             log.error("%s (a batch of %d requests and %d node messages)", exc, len(requests),
                       len(node_msgs))
@@ -247,6 +266,7 @@ class HeadServer:
             data = self._isolated(msg, caller, (req.sock, req.envelope), now)
             if msg["type"] == protocol.SUBMIT:
                 self.submitted += len(self.head.jobs) - before
+            self.client_changed |= msg["type"] in CHANGING_REQUESTS
         except GqError as exc:
             if isinstance(exc, ProtocolError):
                 log.warning("bad client request: %s", exc)

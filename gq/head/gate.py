@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gq.arrays import parse_array
@@ -41,22 +41,43 @@ class Screen:
     wake_at: float | None = None
 
 
-def screen(jobs: Iterable[Job], now: float, parent: Callable[[int], ParentState]) -> Screen:
-    """Sort the pending jobs among `jobs` (the head's live jobs) into eligible and waiting."""
+@dataclass
+class Live:
+    """What screening a job needs to know of the whole queue, not only of the jobs screened."""
+
+    #: Array job id -> its running tasks.
+    running: Mapping[int, int]
+    #: (user, name) -> the smallest id among its live jobs (a singleton dependency waits for
+    #: that one), or None.
+    first: Callable[[tuple[str, str]], int | None]
+
+    @staticmethod
+    def count(jobs: Iterable[Job]) -> Live:
+        """Counted afresh from all the live jobs."""
+        running: Counter[int] = Counter()
+        first: dict[tuple[str, str], int] = {}
+        for job in jobs:
+            if job.state == JobState.RUNNING and job.array_job_id is not None:
+                running[job.array_job_id] += 1
+            if not job.state.terminal:
+                key = (job.spec.user, job.spec.name)
+                first[key] = min(first.get(key, job.id), job.id)
+        return Live(running, first.get)
+
+
+def screen(jobs: Iterable[Job], now: float, parent: Callable[[int], ParentState],
+           live: Live | None = None) -> Screen:
+    """Sort the pending jobs among `jobs` into eligible and waiting, in the order given. `live`
+    tells about the rest of the queue; without it, `jobs` must be all the live jobs."""
     jobs = list(jobs)
-    running: Counter[int] = Counter()
-    first_live: dict[tuple[str, str], int] = {}
-    for job in jobs:
-        if job.state == JobState.RUNNING and job.array_job_id is not None:
-            running[job.array_job_id] += 1
-        if not job.state.terminal:
-            key = (job.spec.user, job.spec.name)
-            first_live[key] = min(first_live.get(key, job.id), job.id)
+    if live is None:
+        live = Live.count(jobs)
+    running = Counter(live.running)
     out = Screen()
     for job in jobs:
         if job.state != JobState.PENDING:
             continue
-        reason = _held_back(job, now, parent, first_live)
+        reason = _held_back(job, now, parent, live.first)
         if reason is None and job.array_job_id is not None and job.spec.array:
             limit = _throttle(job.spec.array)
             if limit is not None:
@@ -76,14 +97,19 @@ def screen(jobs: Iterable[Job], now: float, parent: Callable[[int], ParentState]
     return out
 
 
+def held_reason(hold: str) -> str:
+    """The pending reason of a job held by `hold` ("user", "admin")."""
+    return HELD.get(hold, HELD["user"])
+
+
 def _held_back(job: Job, now: float, parent: Callable[[int], ParentState],
-               first_live: dict[tuple[str, str], int]) -> str | None:
+               first_live: Callable[[tuple[str, str]], int | None]) -> str | None:
     if job.hold:
-        return HELD.get(job.hold, HELD["user"])
+        return held_reason(job.hold)
     if job.spec.begin_time is not None and job.spec.begin_time > now:
         return BEGIN_TIME
     if job.spec.dependency:
-        clear = first_live.get((job.spec.user, job.spec.name)) == job.id
+        clear = first_live((job.spec.user, job.spec.name)) == job.id
         verdict = evaluate(_dependency(job.spec.dependency), parent, clear)
         if verdict != Verdict.MET:
             return NEVER if verdict == Verdict.NEVER else DEPENDENCY

@@ -2,21 +2,22 @@
 
 The loop owns every job and node; the HTTP thread never touches them. Every PUBLISH_S at most the
 loop builds an immutable `Sample` and swaps it in (one reference assignment), and a scrape
-reads whichever sample is current. Counters and the pass-time histogram are prometheus_client's
-own, which are thread-safe.
+reads whichever sample is current. Counters and the loop-lag and pass-time histograms are
+prometheus_client's own, which are thread-safe.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter as Tally
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gq import defaults
 from gq.errors import ConfigError
-from gq.model import Job, JobState, Node, NodeState
+from gq.model import JobState, Node, NodeState
+
+if TYPE_CHECKING:
+    from gq.head.index import JobIndex
 
 log = logging.getLogger("gq.head")
 
@@ -26,9 +27,10 @@ PUBLISH_S = 1.0
 MAX_LOAD = 0.02
 #: File in gqd's state directory holding the metrics endpoint's `HOST:PORT` while gqd runs.
 ADDR_FILE = "metrics.addr"
-#: Buckets of the scheduling pass histogram, in seconds.
-PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0)
+#: Buckets of the loop-lag and scheduling-pass histograms, in seconds: fine around 100 ms, the
+#: most lag a loop may show before clients and nodes feel it.
+PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25,
+                0.5, 1.0, 2.5, 5.0, 10.0)
 #: Job states that make up the queue (the others leave it at once).
 QUEUE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
 
@@ -60,16 +62,13 @@ class Sample:
     gpus: tuple[GpuSample, ...] = ()
 
 
-def sample(jobs: Collection[Job], nodes: Iterable[Node], qos_names: Iterable[str]) -> Sample:
-    """The loop's side: count what the head holds now (C-speed counting: it may be 100k jobs)."""
-    pending = JobState.PENDING
+def sample(queue: JobIndex, nodes: Iterable[Node], qos_names: Iterable[str]) -> Sample:
+    """The loop's side: what the head holds now, from its index (the queue's counts are kept
+    there as jobs change: no scan of what may be 100k jobs)."""
     depth = {(state, q): 0 for state in QUEUE_STATES for q in qos_names}
-    for (state, qos), n in Tally((j.state, j.spec.qos) for j in jobs).items():
-        if state is pending or state is JobState.RUNNING:
-            key = (state.value, qos or defaults.DEFAULT_QOS)
-            depth[key] = depth.get(key, 0) + n
-    reasons = Tally(j.reason or "None" for j in jobs if j.state is pending)
-    holders = {(n, g): job.id for job in jobs if job.holds_alloc
+    depth.update(queue.depth())
+    reasons = queue.reasons()
+    holders = {(n, g): job.id for job in queue.placed() if job.holds_alloc
                for n, gs in job.alloc.items() for g in gs}
     gpus = []
     states = {}
@@ -114,6 +113,10 @@ class Metrics:
         self.pass_seconds = Histogram("gq_schedule_pass_seconds", "Duration of gqd's "
                                       "scheduling passes", buckets=PASS_BUCKETS,
                                       registry=self.registry)
+        self.loop_lag = Histogram("gq_loop_lag_seconds", "How long each turn of gqd's event "
+                                  "loop kept it from reading new messages: the turn's work, "
+                                  "plus how late it woke from a timed sleep",
+                                  buckets=PASS_BUCKETS, registry=self.registry)
         ProcessCollector(registry=self.registry)
         self.registry.register(self)
         self._server, self._thread = start_http_server(port, host, registry=self.registry)
@@ -121,6 +124,13 @@ class Metrics:
         self.address = f"[{bound_host}]:{bound_port}" if ":" in bound_host \
             else f"{bound_host}:{bound_port}"
         log.info("serving metrics on http://%s/metrics", self.address)
+
+    def loop_turn(self, asked: float, timeout_s: float, woke: float, done: float) -> None:
+        """One turn of the loop (time.monotonic() values): it asked to sleep at most `timeout_s`
+        at `asked`, woke at `woke` and was back at its poll at `done`. A message that came in
+        as the turn began waited its whole work; lateness past the timeout is time the process
+        did not get (a busy host, other threads holding the GIL)."""
+        self.loop_lag.observe(max(0.0, woke - asked - timeout_s) + (done - woke))
 
     def publish(self, new: Sample) -> None:
         self._sample = new  # one reference swap: a scrape sees the old sample or the new one

@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from gq import defaults, keys, protocol, service
 from gq.errors import GqError
 from gq.fsutil import write_atomic
 from gq.model import JobState, parse_size
-from gq.node import shepherd
+from gq.node import shepherd, trash
 from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
 from gq.node.health import HealthCheck
 from gq.node.outbox import Outbox
@@ -55,7 +56,8 @@ class Run:
 class NodeDaemon:
     def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
-                 curve: keys.CurveKeys | None = None, health: HealthCheck | None = None):
+                 curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
+                 ctx: zmq.Context | None = None, signals: service.Signals | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
         self.health = health
         #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
@@ -69,7 +71,9 @@ class NodeDaemon:
         self.heartbeat_s = heartbeat_s
         self.outbox = Outbox(state_dir / "outbox")
         self.runs: dict[tuple[int, int], Run] = {}
-        self.ctx = zmq.Context()
+        # `gqnode --virtual` gives all its identities one context and one set of signal flags.
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         # NAME/random: gqd routes by it, and a random part no other peer can guess means no
         # one can take over this node's connection (gqd checks NAME against our key).
@@ -81,7 +85,7 @@ class NodeDaemon:
             self.sock.curve_publickey = curve.public
             self.sock.curve_serverkey = curve.server
         self.sock.connect(head)
-        self.signals = service.Signals()
+        self.signals = signals or service.Signals()
         self.signals.watch_children()
         self._next_heartbeat = 0.0
         self._next_adopted_check = 0.0
@@ -90,12 +94,14 @@ class NodeDaemon:
 
     def adopt(self) -> None:
         """Pick up runs from the state directory: live shepherds and unreported ends."""
+        reported = {(e["job_id"], e["restart"]) for e in self.outbox.entries()
+                    if e.get("event") == protocol.FINISHED}
         for run_dir in sorted(self.jobs_dir.iterdir()):
             try:
                 job_id, restart = (int(x) for x in run_dir.name.split("."))
             except ValueError:
                 continue
-            if (run_dir / "reported").exists():
+            if (job_id, restart) in reported:
                 continue  # its end is in the outbox; the directory goes when that is acked
             pid, pid_started = _read_pid(run_dir)
             run = Run(job_id, restart, run_dir, pid, pid_started, child=False)
@@ -116,9 +122,12 @@ class NodeDaemon:
 
     # ------------------------------------------------------------ the loop
 
-    def run(self) -> int:
+    def start(self) -> None:
         self.adopt()
         self.register()
+
+    def run(self) -> int:
+        self.start()
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.signals.wake_r, zmq.POLLIN)
@@ -126,10 +135,7 @@ class NodeDaemon:
         log.info("gqnode %s up: %d GPUs (%s), head %s", self.name, len(self.gpus),
                  self.gpu_source.kind, self.head_addr)
         while True:
-            now = time.time()
-            due = min(self._next_heartbeat, self._next_adopted_check,
-                      self.health.due() if self.health else math.inf)
-            timeout = max(0.0, due - now)
+            timeout = max(0.0, self.due() - time.time())
             events = dict(poller.poll(int(timeout * 1000) + 1))
             self.signals.drain()
             if self.signals.stop_requests:
@@ -138,19 +144,29 @@ class NodeDaemon:
                 return 0
             if self.signals.child_exited:
                 self.signals.child_exited = False
-                self._reap()
-            if self.sock in events:
-                self._receive()
-            now = time.time()
-            if self.health and self.health.poll(now):
-                self._next_heartbeat = now  # tell gqd at once
-            if now >= self._next_adopted_check:
-                self._next_adopted_check = now + ADOPTED_CHECK_S
-                self._check_adopted()
-            if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self.heartbeat_s
-                self._heartbeat()
-            self._flush_outbox(now)
+                for pid, status in reap_children():
+                    self.reaped(pid, status)
+            self.step(self.sock in events)
+
+    def due(self) -> float:
+        """When the loop next has a timer to serve (epoch seconds)."""
+        return min(self._next_heartbeat, self._next_adopted_check,
+                   self.health.due() if self.health else math.inf)
+
+    def step(self, readable: bool) -> None:
+        """One turn of the loop after a wake: messages in, timers, reports out."""
+        if readable:
+            self._receive()
+        now = time.time()
+        if self.health and self.health.poll(now):
+            self._next_heartbeat = now  # tell gqd at once
+        if now >= self._next_adopted_check:
+            self._next_adopted_check = now + ADOPTED_CHECK_S
+            self._check_adopted()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.heartbeat_s
+            self._heartbeat()
+        self._flush_outbox(now)
 
     def _receive(self) -> None:
         for _ in range(defaults.MAX_BATCH):
@@ -173,8 +189,7 @@ class NodeDaemon:
         elif kind == protocol.ACK:
             entry = self.outbox.ack(msg["seq"])
             if entry and entry.get("event") == protocol.FINISHED:
-                shutil.rmtree(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}",
-                              ignore_errors=True)
+                trash.remove(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}")
         elif kind == protocol.REREGISTER:
             self.register()
 
@@ -204,11 +219,14 @@ class NodeDaemon:
         tmp = self.jobs_dir / f".{run_dir.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        write_atomic(tmp / shepherd.LAUNCH_FILE, msgpack.packb(msg, use_bin_type=True))
+        # Neither file needs an fsync: both only matter while this boot's shepherd lives (a
+        # host crash kills it, and adopt() then reports the run lost either way).
+        write_atomic(tmp / shepherd.LAUNCH_FILE, msgpack.packb(msg, use_bin_type=True),
+                     durable=False)
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
         started = _proc_start(pid)
-        write_atomic(run_dir / shepherd.PID_FILE, f"{pid} {started}\n".encode())
+        write_atomic(run_dir / shepherd.PID_FILE, f"{pid} {started}\n".encode(), durable=False)
         self.runs[key] = Run(key[0], key[1], run_dir, pid, started, child=True)
         self.outbox.put({"node": self.name, "job_id": key[0], "restart": key[1],
                          "event": protocol.STARTED, "time": time.time()})
@@ -236,19 +254,18 @@ class NodeDaemon:
         with contextlib.suppress(ProcessLookupError):
             os.kill(run.pid, signal.SIGUSR1 if sig == "KILL" else signal.SIGTERM)
 
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if self.health and self.health.reaped(pid, status, time.time()):
-                self._next_heartbeat = 0.0  # tell gqd at once
-            for run in list(self.runs.values()):
-                if run.pid == pid:
-                    self._ended(run)
+    def reaped(self, pid: int, status: int) -> bool:
+        """A child of this process ended: True if it was this node's (a run or a health check
+        whose verdict changed), which then has news for gqd."""
+        news = False
+        if self.health and self.health.reaped(pid, status, time.time()):
+            self._next_heartbeat = 0.0  # tell gqd at once
+            news = True
+        for run in list(self.runs.values()):
+            if run.pid == pid:
+                self._ended(run)
+                news = True
+        return news
 
     def _check_adopted(self) -> None:
         for run in list(self.runs.values()):
@@ -256,7 +273,9 @@ class NodeDaemon:
                 self._ended(run)
 
     def _ended(self, run: Run) -> None:
-        """The shepherd is gone: queue its final status (durably) and forget the run."""
+        """The shepherd is gone: queue its final status and forget the run. Until the report
+        is committed the run's directory (with the status the shepherd wrote durably) stands for
+        it: adopt() reports a run again unless the outbox holds its end."""
         status = shepherd.read_status(run.dir)
         if status is None:
             # The shepherd was killed (the host rebooted, the OOM killer): a node fault, not the
@@ -272,7 +291,6 @@ class NodeDaemon:
                          "note": str(status.get("note") or "")[:protocol.MAX_NOTE]})
         if status.get("note"):
             log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
-        write_atomic(run.dir / "reported", b"")
         self.runs.pop((run.job_id, run.restart), None)
         log.info("job %d run %d ended %s (exit %s)", run.job_id, run.restart, status["state"],
                  status["exit_code"])
@@ -287,6 +305,15 @@ class NodeDaemon:
                    + ([self.launch_problem] if self.launch_problem else []))
 
     def _flush_outbox(self, now: float) -> None:
+        try:
+            self.outbox.commit()  # this turn's reports, in one durable write
+        except OSError as exc:
+            # Left queued and unsent (gqd would ack them) until a later turn writes them; the
+            # node cannot run jobs reliably meanwhile, so gqd is told to drain it.
+            if not self.launch_problem:
+                self.launch_problem = f"gqnode cannot write its outbox: {exc}"
+                log.error("%s", self.launch_problem)
+                self._next_heartbeat = 0.0
         for entry in self.outbox.due(now, defaults.OUTBOX_RESEND_S):
             self._send(protocol.REPORT, **entry)
 
@@ -297,9 +324,23 @@ class NodeDaemon:
             pass  # not connected yet: heartbeats repeat and reports are resent from the outbox
 
     def close(self) -> None:
+        trash.flush()
         self.sock.close()
-        self.ctx.term()
+        if self._own_ctx:
+            self.ctx.term()
         self.gpu_source.close()
+
+
+def reap_children() -> Iterator[tuple[int, int]]:
+    """(pid, wait status) of every child of this process that has ended, reaping them."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, status
 
 
 def _proc_start(pid: int) -> float:
@@ -335,25 +376,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="pretend to have these GPUs: 8, 8xh100:80G, 4xa100:40G,4xl4:24G")
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--addr", default=None, help="address other nodes reach this one at")
+    parser.add_argument("--virtual", type=int, default=0, metavar="N",
+                        help="TEST/BENCHMARK MODE, not for production: run N node identities "
+                        "NAME-v001... in this one process, each with its own state directory "
+                        "(under this one), CURVE key and --fake-gpus")
     args = parser.parse_args(argv)
+    if args.virtual < 0 or (args.virtual and not args.fake_gpus):
+        # Real GPUs belong to one node: N identities sharing them would hand each out N times.
+        parser.error("--virtual takes a count of 1 or more, and needs --fake-gpus")
     service.setup_logging(args.log_level)
     try:
         cfg = config_mod.load(args.config)
         name = args.name or socket.gethostname().split(".")[0]
         state_dir = Path((args.state_dir or cfg.node.state_dir).replace("{name}", name))
         lock = acquire(state_dir / "gqnode.pid")
-        daemon = NodeDaemon(
-            name=name, head=args.head or cfg.node.head, state_dir=state_dir,
-            gpus=open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE),
-            addr=args.addr or socket.gethostname(),
-            cpus=cfg.node.cpus or os.cpu_count() or 1,
-            mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
-            heartbeat_s=cfg.node.heartbeat_s,
-            curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
-            health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
-                               cfg.node.health_check_timeout_s, state_dir / "health-check.out",
-                               name)
-            if cfg.node.health_check else None)
+        if args.virtual:
+            from gq.node.virtual import VirtualNodes
+            daemon: NodeDaemon | VirtualNodes = VirtualNodes(
+                lambda vname, ctx, signals: _node(args, cfg, vname, state_dir / vname, ctx,
+                                                  signals), name, args.virtual)
+        else:
+            daemon = _node(args, cfg, name, state_dir)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqnode cannot start: %s", exc)
         return 1
@@ -362,6 +405,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         daemon.close()
         os.close(lock)
+
+
+def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
+          ctx: zmq.Context | None = None, signals: service.Signals | None = None) -> NodeDaemon:
+    """The node `name` as the command line and configuration describe it."""
+    return NodeDaemon(
+        name=name, head=args.head or cfg.node.head, state_dir=state_dir,
+        gpus=open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE),
+        addr=args.addr or socket.gethostname(),
+        cpus=cfg.node.cpus or os.cpu_count() or 1,
+        mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
+        heartbeat_s=cfg.node.heartbeat_s,
+        curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
+        health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
+                           cfg.node.health_check_timeout_s, state_dir / "health-check.out",
+                           name)
+        if cfg.node.health_check else None, ctx=ctx, signals=signals)
 
 
 if __name__ == "__main__":

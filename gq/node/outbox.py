@@ -1,4 +1,11 @@
-"""gqnode's durable outbox: each report is a file until the head acks its sequence number."""
+"""gqnode's durable outbox: each report is kept in a file until the head acks its sequence number.
+
+Reports put during one turn of gqnode's loop are written together, as one file, before the loop
+sends (`commit`; `due` offers only what is on disk): one fsync covers a burst of job starts and
+ends instead of one each, and still nothing is sent before it is on disk. A report put but not
+yet committed is lost with gqnode; the run's directory (its status file, written durably by the
+shepherd) is what a restarted gqnode re-derives such a report from.
+"""
 
 from __future__ import annotations
 
@@ -16,25 +23,53 @@ class Outbox:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self._entries: dict[int, dict[str, Any]] = {}
+        #: File name -> sequence numbers in it not yet acked; the file goes with the last ack.
+        self._files: dict[str, set[int]] = {}
+        #: Seq -> the file that holds it.
+        self._file_of: dict[int, str] = {}
+        #: Put, not yet on disk nor sent.
+        self._staged: list[dict[str, Any]] = []
         for path in sorted(self.dir.glob("*.msg")):
             try:
-                self._entries[int(path.stem)] = msgpack.unpackb(path.read_bytes(), raw=False)
+                data = msgpack.unpackb(path.read_bytes(), raw=False)
+                # One report per file (as older gqnodes wrote), or a committed group of them.
+                entries = data if isinstance(data, list) else [data]
+                if not all(isinstance(e, dict) and isinstance(e.get("seq"), int) for e in entries):
+                    raise ValueError("not reports")
             except (ValueError, msgpack.UnpackException):
                 path.unlink()  # a torn write from a crash before rename cannot happen; junk can
+                continue
+            self._add_file(path.name, entries)
         # Sequence numbers only grow, across restarts too: start past both the files and the clock.
         self._next = max([*self._entries, int(time.time() * 1000)]) + 1
         self._sent_at: dict[int, float] = {}
 
+    def _add_file(self, name: str, entries: list[dict[str, Any]]) -> None:
+        self._files[name] = {e["seq"] for e in entries}
+        for entry in entries:
+            self._entries[entry["seq"]] = entry
+            self._file_of[entry["seq"]] = name
+
     def put(self, body: dict[str, Any]) -> int:
+        """Queue a report; it is written (with the others of this turn) before it is sent."""
         seq = self._next
         self._next += 1
-        entry = {**body, "seq": seq}
-        write_atomic(self.dir / f"{seq:016d}.msg", msgpack.packb(entry, use_bin_type=True))
-        self._entries[seq] = entry
+        self._staged.append({**body, "seq": seq})
         return seq
 
+    def commit(self) -> None:
+        """Write the reports put since the last commit as one durable file. On an OSError (a
+        full disk) they stay queued, unsent, for the next try."""
+        if not self._staged:
+            return
+        name = f"{self._staged[0]['seq']:016d}.msg"
+        write_atomic(self.dir / name, msgpack.packb(self._staged, use_bin_type=True))
+        self._add_file(name, self._staged)
+        self._staged = []
+
     def due(self, now: float, resend_after: float) -> list[dict[str, Any]]:
-        """Entries never sent, or sent longer than `resend_after` seconds ago without an ack."""
+        """Committed entries never sent, or sent longer than `resend_after` seconds ago without an
+        ack."""
         out = []
         for seq, entry in sorted(self._entries.items()):
             if now - self._sent_at.get(seq, -1e18) >= resend_after:
@@ -45,14 +80,18 @@ class Outbox:
     def ack(self, seq: int) -> dict[str, Any] | None:
         entry = self._entries.pop(seq, None)
         self._sent_at.pop(seq, None)
-        if entry is not None:
-            (self.dir / f"{seq:016d}.msg").unlink(missing_ok=True)
+        name = self._file_of.pop(seq, None)
+        if name is not None:
+            left = self._files[name]
+            left.discard(seq)
+            if not left:
+                del self._files[name]
+                (self.dir / name).unlink(missing_ok=True)
         return entry
 
     def entries(self) -> list[dict[str, Any]]:
-        """The reports not yet acknowledged, oldest first."""
-        return [self._entries[seq] for seq in sorted(self._entries)]
+        """The reports not yet acknowledged, oldest first (those not yet committed last)."""
+        return [*(self._entries[seq] for seq in sorted(self._entries)), *self._staged]
 
     def __len__(self) -> int:
-        return len(self._entries)
-
+        return len(self._entries) + len(self._staged)

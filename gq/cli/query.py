@@ -1,0 +1,70 @@
+"""`gq queue` and `gq show` from their option values, and what other commands share: the
+client, state names.
+
+Free of typer, so that the fast path (gq/cli/fast.py) runs the very same code as the typer
+command (gq/cli/jobs.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gq.cli import render
+from gq.errors import UsageError
+
+STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+          "PREEMPTED")
+SHORT = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
+         "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED"}
+
+
+def client() -> Any:
+    from gq.client import Client  # lazily: `gq --help` needs no zmq
+    return Client()
+
+
+def states(text: str | None) -> list[str] | None:
+    """`--state`'s comma list (names or short forms, any case) as state names."""
+    if not text:
+        return None
+    out = []
+    for item in text.upper().split(","):
+        state = SHORT.get(item, item)
+        if state not in STATES:
+            raise UsageError(f"bad state {item!r}: expected one of {', '.join(STATES)} "
+                             "(or PD, R, CD, F, CA, TO, NF, PR)")
+        out.append(state)
+    return out
+
+
+def queue(me: bool, user: str | None, state: str | None, all_jobs: bool, as_json: bool,
+          parsable: bool, start: bool) -> int:
+    """List pending and running jobs (like squeue)."""
+    wanted = states(state)
+    if start:
+        if wanted and "PENDING" not in wanted:
+            raise UsageError("--start lists pending jobs only: leave out --state or include PD")
+        wanted = ["PENDING"]
+    fields = None if as_json else render.START_FIELDS if start else render.QUEUE_FIELDS
+    with client() as c:
+        who = c._user if me else user
+        jobs = c.queue(user=who, states=wanted, all=all_jobs, start=start, fields=fields)
+    if as_json:
+        render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": jobs})
+    else:
+        render.listing(*(render.start_rows if start else render.queue_rows)(jobs), parsable)
+    return 0
+
+
+def show(job: str, as_json: bool, parsable: bool) -> int:
+    """Show everything about one job (like scontrol show job)."""
+    from gq.arrays import parse_ref
+    with client() as c:
+        data = c.show(parse_ref(job))
+    if as_json:
+        render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, **data})
+    elif parsable:
+        render.parsable(["Field", "Value"], render.job_fields(data))
+    else:
+        render.show_job(data)
+    return 0

@@ -1,0 +1,117 @@
+"""The fast path of `gq submit`, `queue` and `show` reads a command line exactly as typer does,
+or leaves it to typer; and it loads neither typer nor rich."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gq.cli import fast
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def commands() -> Any:
+    from gq.cli import app
+    return app.command().commands
+
+
+def _table(command: Any) -> list[tuple[tuple[str, ...], str, type, Any]]:
+    """(names, parameter, type, default) of a click command's options, as fast.py writes them."""
+    from gq.cli.clickcompat import click_types
+    out = []
+    for p in command.params:
+        if p.param_type_name != "option":
+            continue
+        kind = bool if p.is_flag else {click_types.INT: int, click_types.STRING: str}[p.type]
+        out.append((tuple(p.opts), p.name, kind, p.default))
+        assert not p.secondary_opts and not p.multiple and p.nargs == 1 and p.envvar is None
+    return out
+
+
+def test_the_tables_are_typers_declarations(commands: Any) -> None:
+    assert list(fast.SUBMIT_OPTIONS) == _table(commands["submit"])
+    assert list(fast.QUEUE_OPTIONS) == _table(commands["queue"]) == _table(commands["q"])
+    assert list(fast.SHOW_OPTIONS) == _table(commands["show"])
+
+
+def _click_parse(command: Any, words: list[str]) -> tuple[dict[str, Any], set[str], list[str]]:
+    """What typer's command makes of `words`: option values, those given, positional words."""
+    from gq.cli.clickcompat import ParameterSource
+    ctx = command.make_context(command.name, list(words))
+    given = {k for k in ctx.params if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+    words = ("script", "args", "job")
+    positional = [ctx.params[k] for k in ("script", "job") if ctx.params.get(k) is not None] \
+        + list(ctx.params.get("args") or [])
+    options = {k: v for k, v in ctx.params.items() if k not in words}
+    return options, given - set(words), positional
+
+
+#: Words command lines are made of: options of both commands in every form, values, odd ones.
+WORDS = ["--wrap", "true", "-g", "2", "-g2", "--gpus", "--gpus=3", "--gpus=-1", "-g-1", "x",
+         "-N", "--nodes=2", "-J", "name", "-Jname", "--name", "-H", "--hold", "-Hg2", "-HJx",
+         "--hold=1", "--parsable", "--json", "--wait", "--export=NONE", "-t", "1:00",
+         "--time=", "--retries", "0", "--share", "--gpu-mem", "20G", "-a", "0-3", "-d",
+         "--", "-", "script.sh", "arg", "--bogus", "-Z", "-h", "--help", "", "=", "-=",
+         "--me", "-u", "root", "-t", "pd,r", "--state=R", "-p", "--start", "-ap", "--all",
+         "-tPD", "--user", "1_000", " 7", "٣", "12", "12_3"]
+
+
+#: Command -> its options, whether options may follow words, how many words it takes.
+COMMANDS = {"submit": (fast.SUBMIT_OPTIONS, False, range(0, 99)),
+            "queue": (fast.QUEUE_OPTIONS, True, range(0, 1)),
+            "show": (fast.SHOW_OPTIONS, True, range(1, 2))}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_line_is_read_as_typer_reads_it_or_left_to_typer(commands: Any, name: str) -> None:
+    options, interspersed, words_taken = COMMANDS[name]
+    from gq.cli.clickcompat import ClickException, Exit
+    rng = random.Random(7)
+    read = left = 0
+    for _ in range(4000):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(0, 6))]
+        ours = fast.parse(options, words, interspersed)
+        if ours is None or len(ours[2]) not in words_taken:  # fast.py leaves it to typer
+            left += 1
+            continue
+        try:
+            theirs = _click_parse(commands[name], words)
+        except (ClickException, Exit) as exc:
+            pytest.fail(f"fast path read {words} as {ours}; typer refuses it: {exc}")
+        assert ours == theirs, words
+        read += 1
+    assert read > 100 and left > 100  # both kinds of line were tried
+
+
+def test_lines_only_typer_reads_are_left_to_it() -> None:
+    for words in (["-h"], ["--help"], ["--hold=yes"], ["-HJx"], ["--name", "-x"], ["-g", "two"],
+                  ["--gpus"], ["--no-such"]):
+        assert fast.parse(fast.SUBMIT_OPTIONS, words, interspersed=False) is None, words
+    assert fast.run(["--color", "never", "queue"]) is None  # global options: typer's
+    assert fast.run(["nodes"]) is None
+    assert fast.run([]) is None
+
+
+def test_submit_and_queue_load_neither_typer_nor_rich(tmp_path: Path) -> None:
+    """Without a head to talk to the command fails, but only after the fast path ran it."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_RUNTIME_DIR": str(tmp_path / "run"), "GQ_CONFIG": ""}
+    env.pop("GQ_CONFIG")
+    code = ("import sys\nfrom gq.cli.main import main\n"
+            "rc = main(sys.argv[1:])\n"
+            "print(rc, [m for m in ('typer', 'rich', 'gq.sched', 'gq.cli.app') "
+            "if m in sys.modules])\n")
+    for args in (["submit", "--parsable", "--hold", "--wrap", "true"], ["queue", "-p"],
+                 ["q", "--json", "-t", "pd"], ["show", "12", "--json"]):
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                              text=True, env=env, cwd=REPO)
+        assert proc.stdout.split() == ["3", "[]"], (args, proc.stdout, proc.stderr)
+        assert "no gq head is running here" in proc.stderr
