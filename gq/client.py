@@ -18,15 +18,14 @@ import itertools
 import os
 import pwd
 import time
-from pathlib import Path
-from typing import Any
-
-import zmq
+from typing import TYPE_CHECKING, Any
 
 from gq import config as config_mod
-from gq import defaults, protocol
+from gq import defaults, gcpause, protocol, zmtp
 from gq.errors import ERRORS_BY_CODE, GqError, ProtocolError, UnreachableError
-from gq.model import JobSpec
+
+if TYPE_CHECKING:  # gq.model's dataclasses are not loaded for the CLI's requests
+    from gq.model import JobSpec
 
 #: How long to wait for a connection to the head before calling it unreachable, in seconds.
 CONNECT_TIMEOUT_S = 3.0
@@ -40,6 +39,7 @@ def wrap(command: str, **options: Any) -> JobSpec:
     options.setdefault("name", "wrap")
     options.setdefault("cwd", os.getcwd())
     options.setdefault("env", dict(os.environ))
+    from gq.model import JobSpec
     return JobSpec(script=f"#!/bin/sh\n{command}\n", **options)
 
 
@@ -53,8 +53,7 @@ class Client:
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("GQ_TIMEOUT", self.cfg.client.timeout_s))
         self.endpoint = self._choose_endpoint()
-        self._ctx: zmq.Context | None = None
-        self._sock: zmq.Socket | None = None
+        self._conn: zmtp.Dealer | None = None
         self._rids = itertools.count(int.from_bytes(os.urandom(3), "big"))
         self._uid = os.getuid()
         self._user = _user_name(self._uid)
@@ -67,30 +66,26 @@ class Client:
             # meant; waiting on the default TCP port would only delay "no head" by a timeout.
             endpoints = [ep for ep in endpoints if ep.startswith("ipc://")]
         for ep in endpoints:
-            if not ep.startswith("ipc://") or Path(ep[len("ipc://"):]).exists():
+            if not ep.startswith("ipc://") or os.path.exists(ep[len("ipc://"):]):
                 return ep
         raise UnreachableError(f"no gq head is running here (no socket at "
                                f"{', '.join(endpoints) or 'any endpoint'}): {START_HINT}")
 
-    def _socket(self) -> zmq.Socket:
-        if self._sock is None:
-            self._ctx = zmq.Context.instance()
-            self._sock = self._ctx.socket(zmq.DEALER)
-            self._sock.linger = 0
-            # Queue requests only on a finished connection, so a head that is not listening
-            # shows as "cannot connect" within CONNECT_TIMEOUT_S, not as a reply timeout.
-            self._sock.setsockopt(zmq.IMMEDIATE, 1)
-            self._sock.connect(self.endpoint)
-            if not self._sock.poll(int(CONNECT_TIMEOUT_S * 1000), zmq.POLLOUT):
-                self.close()
-                raise UnreachableError(f"cannot connect to the gq head at {self.endpoint}: "
-                                       f"{START_HINT}")
-        return self._sock
+    def _connection(self) -> zmtp.Dealer:
+        """The connection to gqd (gq/zmtp.py: no libzmq to load for one request), made anew
+        when the head closed the last one (it restarted): pyzmq's DEALER reconnected too."""
+        if self._conn is not None and self._conn.peer_closed():
+            self.close()
+        if self._conn is None:
+            self._conn = zmtp.Dealer(self.endpoint, CONNECT_TIMEOUT_S,
+                                     f"cannot connect to the gq head at {self.endpoint}: "
+                                     f"{START_HINT}")
+        return self._conn
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def __enter__(self) -> Client:
         return self
@@ -103,22 +98,28 @@ class Client:
     def request(self, msg_type: str, timeout_s: float | None = None, **fields: Any
                 ) -> dict[str, Any]:
         """Send one request and return the reply's data; errors come back as GqError kin."""
-        sock = self._socket()
+        conn = self._connection()
         rid = next(self._rids)
-        sock.send(protocol.encode(msg_type, rid=rid, claim_uid=self._uid, claim_user=self._user,
-                                  **fields))
+        payload = protocol.encode(msg_type, rid=rid, claim_uid=self._uid,
+                                  claim_user=self._user, **fields)
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
-        while (left := deadline - time.monotonic()) > 0:
-            if not sock.poll(int(left * 1000) + 1):
-                break
-            reply = protocol.decode(sock.recv(), frozenset({protocol.REPLY}))
-            if reply["rid"] != rid:
-                continue  # a late answer to an earlier request that timed out
-            if not reply["ok"]:
-                cls = ERRORS_BY_CODE.get(reply.get("code", ""), GqError)
-                raise cls(str(reply.get("error", "request refused")))
-            return {k: v for k, v in reply.items() if k not in ("v", "type", "rid", "ok")}
-        # The request may still be handled; a new socket keeps a late reply from confusing us.
+        try:
+            conn.send(payload, deadline - time.monotonic())
+            while (left := deadline - time.monotonic()) > 0:
+                frame = conn.recv(left)
+                if frame is None:
+                    break
+                reply = protocol.decode(frame, frozenset({protocol.REPLY}))
+                if reply["rid"] != rid:
+                    continue  # a late answer to an earlier request that timed out
+                if not reply["ok"]:
+                    cls = ERRORS_BY_CODE.get(reply.get("code", ""), GqError)
+                    raise cls(str(reply.get("error", "request refused")))
+                return {k: v for k, v in reply.items() if k not in ("v", "type", "rid", "ok")}
+        except (zmtp.Closed, TimeoutError):
+            pass  # the head went away (or took nothing) with the request: as no answer
+        # The request may still be handled; a new connection keeps a late reply from
+        # confusing us.
         self.close()
         raise UnreachableError(f"gq head at {self.endpoint} did not answer within "
                                f"{self.timeout_s:g}s: {START_HINT}")
@@ -127,10 +128,12 @@ class Client:
         """The head's protocol version and who it takes the caller for (user, uid, proven)."""
         return self.request(protocol.PING)
 
-    def submit(self, specs: list[JobSpec]) -> list[int]:
+    def submit(self, specs: list[JobSpec] | list[dict[str, Any]]) -> list[int]:
         """Queue jobs (all or none, one commit); their ids, an array's being its first task's.
-        The head sets each job's user, uid and gid from the caller (see `wrap`)."""
-        return list(self.request(protocol.SUBMIT, jobs=[s.to_dict() for s in specs])["ids"])
+        The head sets each job's user, uid and gid from the caller (see `wrap`). A spec may
+        also be given in its wire form, `JobSpec.to_dict()`'s (as `gq submit` builds it)."""
+        return list(self.request(protocol.SUBMIT, jobs=[
+            s if type(s) is dict else s.to_dict() for s in specs])["ids"])
 
     def cancel(self, ids: list[int | str], signal: str | None = None,
                batch_only: bool = False) -> dict[str, Any]:
@@ -186,15 +189,16 @@ class Client:
         limit, however many jobs there are. (A page is as of its own request.)"""
         jobs: list[dict[str, Any]] = []
         after = 0
-        while True:
-            reply = self.request(msg_type, after=after, limit=defaults.PAGE_JOBS, **fields)
-            jobs += reply["jobs"]
-            if reply.get("next") is None:
-                return jobs
-            if not isinstance(reply["next"], int) or reply["next"] <= after:
-                raise ProtocolError(f"{msg_type} reply: page cursor {reply['next']!r} does not "
-                                    f"move past {after}")  # else this loop would not end
-            after = reply["next"]
+        with gcpause.paused():  # records decoded by the thousand: see gq.gcpause
+            while True:
+                reply = self.request(msg_type, after=after, limit=defaults.PAGE_JOBS, **fields)
+                jobs += reply["jobs"]
+                if reply.get("next") is None:
+                    return jobs
+                if not isinstance(reply["next"], int) or reply["next"] <= after:
+                    raise ProtocolError(f"{msg_type} reply: page cursor {reply['next']!r} does "
+                                        f"not move past {after}")  # else this loop would not end
+                after = reply["next"]
 
     def show(self, job_id: int | str) -> dict[str, Any]:
         """Everything about one job, running or long ended (`123` or `"123_7"`); NotFoundError

@@ -7,19 +7,19 @@ else `/etc/gq/gq.toml`; else the personal cluster's path (so `gq` can say how to
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gq import defaults
 from gq.errors import ConfigError, GqError
-from gq.model import parse_duration
+from gq.units import parse_duration
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gq.sched.types import Policy
 
 if sys.version_info >= (3, 11):
@@ -186,19 +186,21 @@ _DURATION_KEYS = {"default_time", "max_time"}
 
 def load(path: str | os.PathLike[str] | None = None) -> Config:
     """The config at `path`, or found as the module docstring says."""
-    chosen = Path(path) if path else find_config()
-    if not chosen.exists():
+    chosen = str(_path(path)) if path else _config_file()
+    if not os.path.exists(chosen):
         if path or os.environ.get("GQ_CONFIG"):
             raise ConfigError(f"config file {chosen} does not exist")
         return Config(path="")
-    return from_dict(read_toml(chosen), str(chosen))
+    return from_dict(read_toml(chosen), chosen)
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A config file's tables as written (to tell which keys it sets), or ConfigError."""
     try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
 
@@ -283,16 +285,31 @@ def _fill(cls: type, table: dict[str, Any], section: str, source: str) -> Any:
 # ---------------------------------------------------------------- where things live
 
 
+# Strings and os.path where `gq submit`, `queue` and `show` look for their config: pathlib
+# costs them more to import than finding the file does; the functions that return a Path
+# import it when called.
+
+
+def _path(path: str | os.PathLike[str]) -> Path:
+    from pathlib import Path
+    return Path(path)
+
+
 def personal_dir() -> Path:
     """State of the personal cluster `gq up` runs: $XDG_STATE_HOME/gq."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "gq"
+    return _path(_personal_dir())
+
+
+def _personal_dir() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                            "state")
+    return os.path.normpath(os.path.join(base, "gq"))
 
 
 def personal_runtime_dir() -> Path:
     """Sockets of the personal cluster: $XDG_RUNTIME_DIR/gq, else beside its state."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(base) / "gq" if base else personal_dir() / "run"
+    return _path(base) / "gq" if base else personal_dir() / "run"
 
 
 def personal_config_path() -> Path:
@@ -300,18 +317,22 @@ def personal_config_path() -> Path:
 
 
 def find_config() -> Path:
+    return _path(_config_file())
+
+
+def _config_file() -> str:
     if env := os.environ.get("GQ_CONFIG"):
-        return Path(env)
-    personal = personal_config_path()
-    system = Path(defaults.SYSTEM_CONFIG)
-    if personal.exists() and (_personal_head_alive() or not system.exists()):
+        return str(_path(env))  # as given, in Path's spelling (messages, Config.path)
+    personal = os.path.join(_personal_dir(), defaults.PERSONAL_CONFIG)
+    system = defaults.SYSTEM_CONFIG
+    if os.path.exists(personal) and (_personal_head_alive() or not os.path.exists(system)):
         return personal
-    return system if system.exists() else personal
+    return system if os.path.exists(system) else personal
 
 
 def _personal_head_alive() -> bool:
     from gq.pidfile import read_alive
-    return read_alive(personal_dir() / "head" / "gqd.pid") is not None
+    return read_alive(os.path.join(_personal_dir(), "head", "gqd.pid")) is not None
 
 
 def to_toml(cfg: Config) -> str:
@@ -336,4 +357,5 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     # JSON's string escapes are all valid TOML basic-string escapes (control characters too).
+    import json  # here: only `gq up` writes a config; every `gq` call reads one
     return json.dumps(str(value), ensure_ascii=False)

@@ -1,6 +1,7 @@
-"""Value types of gq (jobs, nodes, GPUs, states) and the parsing of durations, sizes and GPU specs.
+"""Value types of gq (jobs, nodes, GPUs, states) and the parsing of GPU specs (durations, sizes,
+times and signals: gq.units).
 
-Pure: no I/O, no imports from the rest of the package but errors and defaults.
+Pure: no I/O, no imports from the rest of the package but errors, defaults and units.
 """
 
 from __future__ import annotations
@@ -9,15 +10,18 @@ import dataclasses
 import datetime as _dt
 import enum
 import functools
-import math
 import re
 import signal as _signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq.defaults import DEFAULT_OUTPUT, MAX_SIGNAL_LEAD_S, SIGNAL_LEAD_S
+from gq.defaults import DEFAULT_OUTPUT, SIGNAL_LEAD_S
 from gq.errors import UsageError
+# Durations, times, sizes and `--signal` are parsed in gq.units (which the CLI loads without
+# this module's dataclasses); the rest of gq finds them here too.
+from gq.units import (format_duration, format_size, parse_duration, parse_iso_time,  # noqa: F401
+                      parse_size, parse_time, signal_parts, signal_text)
 
 
 class JobState(str, enum.Enum):
@@ -52,124 +56,6 @@ class NodeState(str, enum.Enum):
     DRAIN = "DRAIN"
     #: Silent past the node timeout, or never seen since the head started.
     DOWN = "DOWN"
-
-
-# ---------------------------------------------------------------- durations
-
-_DURATION_FORMS = ("MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, "
-                   "or a number with a unit: 90s, 30m, 2h, 1d")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_UNIT_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_DAYS_RE = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
-_CLOCK_RE = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
-
-
-def parse_duration(text: str | int | float) -> int:
-    """Seconds in a Slurm-style time limit. A bare number means minutes, as in Slurm."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return _positive_duration(int(text * 60), str(text))
-    raw = str(text).strip().lower()
-    if raw in ("unlimited", "infinite"):
-        return 0
-    if m := _UNIT_RE.match(raw):
-        return _positive_duration(int(float(m[1]) * _UNIT_S[m[2]]), raw)
-    if m := _DAYS_RE.match(raw):
-        days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
-        return _positive_duration(((days * 24 + hours) * 60 + minutes) * 60 + seconds, raw)
-    if m := _CLOCK_RE.match(raw):
-        parts = [int(g) for g in m.groups() if g is not None]
-        if len(parts) == 1:
-            return _positive_duration(parts[0] * 60, raw)
-        if len(parts) == 2:
-            return _positive_duration(parts[0] * 60 + parts[1], raw)
-        return _positive_duration(parts[0] * 3600 + parts[1] * 60 + parts[2], raw)
-    raise UsageError(f"bad duration {text!r}: expected {_DURATION_FORMS}")
-
-
-def _positive_duration(seconds: int, raw: str) -> int:
-    if seconds <= 0:
-        raise UsageError(f"bad duration {raw!r}: must be more than zero; expected {_DURATION_FORMS}")
-    return seconds
-
-
-def format_duration(seconds: float | None) -> str:
-    """Slurm's D-HH:MM:SS form (HH:MM:SS under a day); 'UNLIMITED' for no limit."""
-    if not seconds:
-        return "UNLIMITED" if seconds == 0 else ""
-    seconds = int(seconds)
-    days, rest = divmod(seconds, 86400)
-    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{clock}" if days else clock
-
-
-# ---------------------------------------------------------------- points in time
-
-_TIME_FORMS = ("now, now+N or now-N (N seconds, or with a unit: 30s, 10m, 1h, 2d, 1w), today, "
-               "tomorrow, HH:MM[:SS], YYYY-MM-DD, or YYYY-MM-DDTHH:MM[:SS] (local time; a "
-               "trailing Z means UTC)")
-_RELATIVE_RE = re.compile(r"^now(?:([+-])(\d+)\s*([a-z]*))?$")
-_RELATIVE_UNITS = {"": 1, "s": 1, "sec": 1, "seconds": 1, "m": 60, "min": 60, "minutes": 60,
-                   "h": 3600, "hours": 3600, "d": 86400, "days": 86400, "w": 604800,
-                   "weeks": 604800}
-_HOUR_RE = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
-
-
-def parse_time(text: str, now: float, future: bool = False) -> float:
-    """Epoch seconds of a Slurm-style time (`--begin`, `--since`). `HH:MM` is today at that time,
-    or, with `future` (for --begin), the next such time, tomorrow's when today's has passed."""
-    raw = str(text).strip().lower()
-    local_now = _dt.datetime.fromtimestamp(now).astimezone()
-    midnight = local_now.replace(hour=0, minute=0, second=0, microsecond=0)
-    if m := _RELATIVE_RE.match(raw):
-        if not m[1]:
-            return now
-        if m[3] not in _RELATIVE_UNITS:
-            raise UsageError(f"bad time {text!r}: unknown unit {m[3]!r}; expected {_TIME_FORMS}")
-        delta = int(m[2]) * _RELATIVE_UNITS[m[3]]
-        return now + delta if m[1] == "+" else now - delta
-    if raw in ("today", "midnight", "tomorrow"):
-        days = 0 if raw == "today" else 1
-        return (midnight + _dt.timedelta(days=days)).timestamp()
-    if m := _HOUR_RE.match(raw):
-        hour, minute, second = int(m[1]), int(m[2]), int(m[3] or 0)
-        if hour > 23 or minute > 59 or second > 59:
-            raise UsageError(f"bad time {text!r}: expected {_TIME_FORMS}")
-        at = midnight.replace(hour=hour, minute=minute, second=second)
-        if future and at.timestamp() <= now:
-            at += _dt.timedelta(days=1)
-        return at.timestamp()
-    try:
-        parsed = _dt.datetime.fromisoformat(raw.upper().replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"bad time {text!r}: expected {_TIME_FORMS}") from None
-    return (parsed if parsed.tzinfo else parsed.astimezone()).timestamp()
-
-
-# ---------------------------------------------------------------- sizes
-
-_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([kmgtp])(?:i?b)?|(b))?$")
-_SIZE_MULT = {"b": 1, "": 1024**2, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes in a size like `40G`, `512M`, `1.5T`. A bare number means MiB, as in Slurm's --mem."""
-    raw = str(text).strip().lower()
-    m = _SIZE_RE.match(raw)
-    if not m:
-        raise UsageError(f"bad size {text!r}: expected a number with an optional unit "
-                         "K, M, G, T (powers of 1024), e.g. 40G or 512M; a bare number is MiB")
-    unit = "b" if m[3] else (m[2] or "")
-    return int(float(m[1]) * _SIZE_MULT[unit])
-
-
-def format_size(nbytes: int | None) -> str:
-    if not nbytes:
-        return "-"
-    for unit, mult in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
-        if nbytes >= mult:
-            value = nbytes / mult
-            return f"{value:.0f}{unit}" if value == int(value) or value >= 100 else f"{value:.1f}{unit}"
-    return f"{nbytes}B"
 
 
 # ---------------------------------------------------------------- GPUs
@@ -221,14 +107,6 @@ def parse_gpu_spec(text: str) -> list[Gpu]:
 
 # ---------------------------------------------------------------- signals
 
-#: Signals `--signal` may name: Slurm's list, less KILL and STOP, which no job can catch or act on.
-_SIGNAL_NAMES = ("HUP", "INT", "QUIT", "ABRT", "ALRM", "TERM", "USR1", "USR2", "URG", "CONT",
-                 "TSTP", "TTIN", "TTOU", "XCPU")
-_SIGNAL_FORMS = (f"[B:]SIG[@SECONDS], SIG a name ({', '.join(_SIGNAL_NAMES)}; with or without "
-                 f"SIG, any case) or its number, SECONDS 0 to {MAX_SIGNAL_LEAD_S} (default "
-                 f"{SIGNAL_LEAD_S}), e.g. USR1@120 or B:USR2")
-_SIGNAL_RE = re.compile(r"^(?:(b):)?([a-z0-9]+)(?:@([0-9]+))?$", re.IGNORECASE | re.ASCII)
-
 
 @dataclass(frozen=True)
 class JobSignal:
@@ -247,36 +125,13 @@ class JobSignal:
 
     def __str__(self) -> str:
         """The canonical form, which the spec stores and `gq show` prints: `B:USR1@60`."""
-        return f"{'B:' if self.batch_only else ''}{self.name}@{self.lead_s}"
+        return signal_text(self.name, self.lead_s, self.batch_only)
 
 
 def parse_signal(text: str) -> JobSignal:
     """`[B:]SIG[@SECONDS]` as sbatch --signal takes it."""
-    m = _SIGNAL_RE.match(str(text).strip())
-    if not m:
-        raise UsageError(f"bad --signal {text!r}: expected {_SIGNAL_FORMS}")
-    lead = int(m[3]) if m[3] is not None else SIGNAL_LEAD_S
-    if lead > MAX_SIGNAL_LEAD_S:
-        raise UsageError(f"bad --signal {text!r}: at most {MAX_SIGNAL_LEAD_S} seconds before the "
-                         f"time limit; expected {_SIGNAL_FORMS}")
-    return JobSignal(name=_signal_name(m[2], text), lead_s=lead, batch_only=bool(m[1]))
-
-
-def _signal_name(word: str, text: str) -> str:
-    name = word.upper().removeprefix("SIG")
-    if word.isdigit():
-        try:
-            name = _signal.Signals(int(word)).name.removeprefix("SIG")
-        except ValueError:
-            name = ""
-    if name in ("KILL", "STOP"):
-        raise UsageError(f"bad --signal {text!r}: SIG{name} cannot be caught, so the job could "
-                         f"not act on it (gq sends SIGKILL itself after the grace time); "
-                         f"expected {_SIGNAL_FORMS}")
-    if name not in _SIGNAL_NAMES:
-        raise UsageError(f"bad --signal {text!r}: {word!r} is not a signal a job may ask for; "
-                         f"expected {_SIGNAL_FORMS}")
-    return name
+    name, lead_s, batch_only = signal_parts(text)
+    return JobSignal(name=name, lead_s=lead_s, batch_only=batch_only)
 
 
 # ---------------------------------------------------------------- jobs
@@ -376,9 +231,7 @@ class Job:
     def to_json(self, fields: Iterable[str] | None = None) -> dict[str, Any]:
         """The documented `--json` object (DESIGN: the CLI contract), or only `fields` of it
         (names from JOB_FIELDS; a listing that shows a few columns needs no more)."""
-        if fields is None:
-            return {name: value(self) for name, value in _JOB_FIELD_ITEMS}
-        return {name: JOB_FIELDS[name](self) for name in fields}
+        return job_record(None if fields is None else tuple(fields))(self)
 
     @property
     def ref(self) -> str:
@@ -394,30 +247,44 @@ class Job:
         return expanded if expanded.startswith("/") else f"{self.spec.cwd.rstrip('/')}/{expanded}"
 
 
-#: A job's `--json` fields, in the documented order: name -> its value for a job.
-JOB_FIELDS: dict[str, Callable[[Job], Any]] = {
-    "id": lambda j: j.id, "name": lambda j: j.spec.name, "user": lambda j: j.spec.user,
-    "state": lambda j: j.state.value, "reason": lambda j: j.reason, "qos": lambda j: j.spec.qos,
-    "priority": lambda j: j.priority, "nodes": lambda j: j.spec.nodes,
-    "gpus_per_node": lambda j: j.spec.gpus, "gpu_type": lambda j: j.spec.gpu_type,
-    "time_limit_s": lambda j: j.spec.time_limit_s,
-    "submit_time": lambda j: iso_time(j.submit_time),
-    "start_time": lambda j: iso_time(j.start_time), "end_time": lambda j: iso_time(j.end_time),
-    "exit_code": lambda j: j.exit_code, "node_list": lambda j: j.node_list,
-    "gpu_ids": lambda j: {node: list(ids) for node, ids in j.alloc.items()},
-    "array_job_id": lambda j: j.array_job_id, "array_index": lambda j: j.array_index,
-    "array_task_id": lambda j: j.array_index, "job_id": lambda j: j.ref,
-    "array_task_limit": lambda j: int(j.spec.array.partition("%")[2] or 0) or None
-    if j.spec.array else None,
-    "account": lambda j: j.spec.account, "hold": lambda j: j.hold or None,
-    "begin_time": lambda j: iso_time(j.spec.begin_time),
-    "dependency": lambda j: j.spec.dependency, "restart_count": lambda j: j.restart_count,
-    "retries": lambda j: j.spec.retries, "node_fail_count": lambda j: j.node_fail_count,
-    "work_dir": lambda j: j.spec.cwd, "stdout": lambda j: j.output_path("output"),
-    "stderr": lambda j: j.output_path("error"), "signal": lambda j: j.spec.signal,
-    "share": lambda j: j.spec.share,
+#: A job's `--json` fields, in the documented order: name -> the Python expression of its
+#: value for job `j` (whose spec is `s`), compiled into record functions by `job_record`.
+#: (`_value_`: what Enum's `value` property returns, without the property's call; the times
+#: of a job that has not started or ended skip iso_time's call.)
+JOB_FIELDS: dict[str, str] = {
+    "id": "j.id", "name": "s.name", "user": "s.user", "state": "j.state._value_",
+    "reason": "j.reason", "qos": "s.qos", "priority": "j.priority", "nodes": "s.nodes",
+    "gpus_per_node": "s.gpus", "gpu_type": "s.gpu_type", "time_limit_s": "s.time_limit_s",
+    "submit_time": "iso_time(j.submit_time)",
+    "start_time": "iso_time(j.start_time) if j.start_time else None",
+    "end_time": "iso_time(j.end_time) if j.end_time else None", "exit_code": "j.exit_code",
+    "node_list": "list(j.alloc)",
+    "gpu_ids": "{node: list(ids) for node, ids in j.alloc.items()}",
+    "array_job_id": "j.array_job_id", "array_index": "j.array_index",
+    "array_task_id": "j.array_index", "job_id": "j.ref",
+    "array_task_limit": "(int(s.array.partition('%')[2] or 0) or None) if s.array else None",
+    "account": "s.account", "hold": "j.hold or None", "begin_time": "iso_time(s.begin_time)",
+    "dependency": "s.dependency", "restart_count": "j.restart_count", "retries": "s.retries",
+    "node_fail_count": "j.node_fail_count", "work_dir": "s.cwd",
+    "stdout": "j.output_path('output')", "stderr": "j.output_path('error')",
+    "signal": "s.signal", "share": "s.share",
 }
-_JOB_FIELD_ITEMS = tuple(JOB_FIELDS.items())
+
+
+@functools.lru_cache(maxsize=64)  # a few field sets in use: the full record and the CLI's tables
+def job_record(fields: tuple[str, ...] | None = None) -> Callable[[Job], dict[str, Any]]:
+    """The function making a job's `--json` object (DESIGN: the CLI contract), or only `fields`
+    of it (names from JOB_FIELDS; KeyError for another name).
+
+    Compiled into one dict display, as dataclasses compiles its __init__: a function call per
+    field made gqd's records of a 5,000-job listing page cost ~100 ms. Only JOB_FIELDS'
+    expressions and the names' repr() reach the source, never a caller's text."""
+    names = tuple(JOB_FIELDS) if fields is None else fields
+    items = ", ".join(f"{name!r}: {JOB_FIELDS[name]}" for name in names)
+    scope: dict[str, Any] = {"iso_time": iso_time}
+    exec(f"def record(j):\n    s = j.spec\n    return {{{items}}}\n", scope)
+    return scope["record"]
+
 
 _PATTERN_RE = re.compile(r"%(%|j|A|a|x|u|N)")
 #: What each `%` pattern of an output file name stands for.
@@ -466,14 +333,18 @@ class Node:
 @functools.lru_cache(maxsize=4096)  # the jobs of one submit share their submit time
 def iso_time(ts: float | None) -> str | None:
     """ISO 8601 UTC, second precision, as the --json contract says."""
-    if ts is None or ts == 0 or math.isnan(ts):
+    if ts is None or ts == 0 or ts != ts:  # ts != ts: NaN
         return None
-    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    whole = int(ts)
+    # datetime rounds a timestamp to the microsecond before dropping the fraction, so a time
+    # a hair below a whole second (or before 1970, where int() rounds up) takes its exact path.
+    if ts < 0 or ts - whole >= 0.999999:
+        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{_iso_minute(whole // 60)}{whole % 60:02d}Z"
 
 
-def parse_iso_time(text: str | None) -> float | None:
-    """Inverse of iso_time."""
-    if not text:
-        return None
-    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(
-        tzinfo=_dt.timezone.utc).timestamp()
+@functools.lru_cache(maxsize=1024)
+def _iso_minute(minute: int) -> str:
+    """`YYYY-MM-DDTHH:MM:` of a minute since the epoch: listings of jobs submitted one by one
+    (times all different) format the date once a minute, not once a job."""
+    return _dt.datetime.fromtimestamp(minute * 60, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gq.errors import GqError
+
+if TYPE_CHECKING:  # `gq submit` asks read_alive without loading pathlib
+    from pathlib import Path
 
 
 class AlreadyRunning(GqError):
@@ -27,7 +30,7 @@ def acquire(path: Path) -> int:
     return fd
 
 
-def read_alive(path: Path) -> int | None:
+def read_alive(path: Path | str) -> int | None:
     """The pid of the live daemon holding `path`, or None when nobody holds it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -42,8 +45,9 @@ def read_alive(path: Path) -> int | None:
     return None
 
 
-def _read(path: Path) -> int | None:
+def _read(path: Path | str) -> int | None:
     try:
-        return int(path.read_text().strip() or 0) or None
+        with open(path) as f:
+            return int(f.read().strip() or 0) or None
     except (OSError, ValueError):
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
@@ -161,13 +162,36 @@ NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
 
+class PackedItems(list):  # type: ignore[type-arg]
+    """A message's list field whose items were packed already, one msgpack form each in `parts`:
+    encode sends those as they are. (A listing page measures each record's size as it builds
+    the page; packing each again in the reply was a third of gqd's time answering it.)"""
+
+    def __init__(self, items: list[Any], parts: list[bytes]) -> None:
+        super().__init__(items)
+        self.parts = parts
+
+
+def packer() -> Callable[[Any], bytes]:
+    """A function packing one value as encode does, cheaper than packb for many small values."""
+    return msgpack.Packer(use_bin_type=True).pack
+
+
 def encode(msg_type: str, **fields: Any) -> bytes:
-    return msgpack.packb({"v": PROTOCOL_VERSION, "type": msg_type, **fields}, use_bin_type=True)
-
-
-def packed_size(data: Any) -> int:
-    """Bytes `data` takes in a message (to keep a reply under MAX_MESSAGE_BYTES)."""
-    return len(msgpack.packb(data, use_bin_type=True))
+    msg = {"v": PROTOCOL_VERSION, "type": msg_type, **fields}
+    if not any(type(value) is PackedItems for value in fields.values()):
+        return msgpack.packb(msg, use_bin_type=True)
+    # The same bytes as packb would give: a map header, then each key and value packed.
+    pack = msgpack.Packer(use_bin_type=True)
+    out = [pack.pack_map_header(len(msg))]
+    for key, value in msg.items():
+        out.append(pack.pack(key))
+        if type(value) is PackedItems and len(value.parts) == len(value):
+            out.append(pack.pack_array_header(len(value)))
+            out += value.parts
+        else:
+            out.append(pack.pack(value))
+    return b"".join(out)
 
 
 def decode(frame: bytes, allowed: frozenset[str] | None = None) -> dict[str, Any]:

@@ -66,6 +66,9 @@ SPEC_CACHE = 64
 _JOB_COLUMNS = ("id, name, user, uid, qos, state, reason, nodes, gpus, gpu_type, time_limit_s, "
                 "submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count, "
                 "array_job_id, array_index, spec, hold, node_fail_count")
+#: The first id of staged jobs (see Store.stage_jobs), as SQL: past every id when none are.
+_STAGED_FROM = ("COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'staged_from'), "
+                "9223372036854775807)")
 #: Columns `update_job` may write, mapped to how a Job attribute becomes a column value.
 _UPDATABLE = {
     "state": lambda j: j.state.value, "reason": lambda j: j.reason,
@@ -100,6 +103,10 @@ class Store:
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute("PRAGMA busy_timeout=5000")
             self._migrate()
+            # Only gqd opens the store (under its pid lock), so no submit is in the works now.
+            if self.conn.execute("SELECT 1 FROM meta WHERE key = 'staged_from'").fetchone():
+                with self.tx():  # a big submit that gqd never committed: none of it is kept
+                    self.drop_staged()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             raise SchemaError(f"{self.path} is not a usable gq database: {exc}") from None
@@ -195,6 +202,37 @@ class Store:
         self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
                               (_job_row(j, b"", j.id) for j in jobs[1:]))
 
+    # A submit too big for one loop turn is inserted over several transactions (gq/head/
+    # intake.py). Its rows are "staged" until the transaction that clears the meta key
+    # `staged_from` (the first staged id) commits: readers skip them, and opening the store
+    # drops them. So a crash leaves all of such a submit or none of it.
+
+    def stage_jobs(self) -> int:
+        """Start staging, inside the caller's transaction: the first id the staged jobs take
+        (consecutive from there; nothing else may insert jobs until `unstage`)."""
+        self.drop_staged()  # of a failed submit whose own drop failed
+        row = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
+        first = (row[0] if row else 0) + 1
+        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('staged_from', ?)",
+                          (str(first),))
+        return first
+
+    def add_staged(self, rows: list[tuple[Job, bytes]]) -> None:
+        """Insert (job, spec blob) pairs with the ids they were given since `stage_jobs`; an
+        array's tasks after its first have an empty blob (they share the first's)."""
+        self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
+                              [_job_row(j, blob, j.id) for j, blob in rows])
+
+    def unstage(self) -> None:
+        """The staged jobs are real once the caller's transaction commits."""
+        self.conn.execute("DELETE FROM meta WHERE key = 'staged_from'")
+
+    def drop_staged(self) -> None:
+        """Delete staged jobs (of a submit that failed, or was cut short by a crash), inside
+        the caller's transaction."""
+        self.conn.execute(f"DELETE FROM jobs WHERE id >= {_STAGED_FROM}")
+        self.unstage()
+
     def update_jobs(self, jobs: Iterable[Job], *columns: str) -> None:
         """`update_job` for many jobs in one statement."""
         sets = ", ".join(f"{name} = ?" for name in columns)
@@ -226,8 +264,8 @@ class Store:
                           (*(_UPDATABLE[n](job) for n in names), job.id))
 
     def get_job(self, job_id: int) -> Job | None:
-        row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?",
-                                (job_id,)).fetchone()
+        row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? "
+                                f"AND id < {_STAGED_FROM}", (job_id,)).fetchone()
         return self._job(row) if row else None
 
     def array_task(self, array_job_id: int, index: int) -> Job | None:
@@ -246,7 +284,8 @@ class Store:
                 limit: int = 100_000) -> list[Job]:
         """Jobs submitted by `until` that had not ended by `since` (sacct's window), by id,
         from the first after `after`."""
-        where = ["id > ?", "submit_time <= ?", "(end_time IS NULL OR end_time >= ?)"]
+        where = ["id > ?", "submit_time <= ?", "(end_time IS NULL OR end_time >= ?)",
+                 f"id < {_STAGED_FROM}"]
         args: list[Any] = [after, until, since]
         if user:
             where.append("user = ?")
@@ -284,6 +323,7 @@ class Store:
         """Jobs the head must keep in memory: pending, running, or still holding GPUs."""
         rows = self.conn.execute(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ('PENDING', 'RUNNING') "
+            f"AND id < {_STAGED_FROM} "
             f"UNION SELECT {_JOB_COLUMNS} FROM jobs WHERE holds_alloc = 1 ORDER BY id")
         return [self._job(r) for r in rows]
 

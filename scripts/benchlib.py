@@ -324,8 +324,9 @@ def plan_policies() -> dict[str, Any]:
 
 
 def plan_rows(state, passes: int) -> dict[str, dict[str, Any]]:
-    """time_plan for the pass as gqd runs it, as `gq sim` runs it, and as `gq sim` runs it with
-    the QueueIndex it keeps between passes (built here, outside the timing)."""
+    """time_plan for plan() with gqd's policy, as `gq sim` runs it, and as `gq sim` runs it with
+    the QueueIndex it keeps between passes (built here, outside the timing); then gqd's own
+    pass (time_head_pass), the figure to report for gqd."""
     import dataclasses
     from gq.sched.queue import QueueIndex
     policies = plan_policies()
@@ -336,7 +337,92 @@ def plan_rows(state, passes: int) -> dict[str, dict[str, Any]]:
         index.add(job)
     rows["explain off, QueueIndex (gq sim)"] = time_plan(dataclasses.replace(state, queue=index),
                                                           sim, passes)
+    rows["gqd pass (Head.schedule)"] = time_head_pass(state, passes)
     return rows
+
+
+def plan_head(state, tmp: Path):
+    """A gqd `Head` over a store file in `tmp` holding `state` (build_plan_state's): its nodes
+    registered as they report themselves, its running jobs placed, its pending jobs queued, all
+    under the default config, as gqd would have them in memory. Pending job i gets id i + 1 and
+    running jobs the ids after them (the same order, so the same ties)."""
+    from gq import protocol
+    from gq.config import Config
+    from gq.head.core import Head
+    from gq.model import Job, JobSpec, JobState
+    from gq.store import Store
+    store = Store(tmp / "gq.db")
+
+    def spec(qos: str, gpus: int, nodes: int, limit: int) -> JobSpec:
+        return JobSpec(script="#!/bin/sh\ntrue\n", name="bench", user="bench", uid=1000,
+                       gid=1000, nodes=nodes, gpus=gpus, time_limit_s=limit, qos=qos)
+    pending = [Job(id=0, spec=spec(j.qos, j.gpus, j.nodes, j.time_limit_s), reason="None",
+                   submit_time=j.submit_time) for j in state.pending]
+    running = [Job(id=0, spec=spec(r.qos, len(next(iter(r.alloc.values()))), len(r.alloc),
+                                   r.time_limit_s),
+                   state=JobState.RUNNING, submit_time=r.start_time, start_time=r.start_time,
+                   alloc={n: list(g) for n, g in r.alloc.items()}, holds_alloc=True)
+               for r in state.running]
+    with store.tx():
+        store.insert_jobs(pending)
+        store.insert_jobs(running)
+    head = Head(Config(path=""), store, PLAN_NOW)
+    on_node: dict[str, list[list[int]]] = {}
+    for job in running:
+        for name in job.alloc:
+            on_node.setdefault(name, []).append([job.id, job.restart_count])
+    with store.tx():
+        for view in state.nodes:
+            head.handle_node(view.name, {
+                "type": protocol.REGISTER, "node": view.name, "cpus": view.cpus_free,
+                "mem": view.mem_free, "running": on_node.get(view.name, []),
+                "gpus": [{"index": g.index, "type": g.type, "memory": g.memory}
+                         for g in view.gpus]}, PLAN_NOW)
+    head.outbox_nodes.clear()
+    return head
+
+
+def time_head_pass(state, passes: int) -> dict[str, Any]:
+    """gqd's own pass, `Head.schedule(now)` inside a store transaction as its loop runs it, on
+    `state`; CPU time (process_time) of the pass alone, as gqd's pass metric times it. After each
+    pass its starts and preemptions are undone (outside the timing), so every pass sees the same
+    state, with what gqd keeps between passes kept. The first pass (which writes every job's
+    first reason) is left out of the figures."""
+    import statistics
+    from gq.head.core import PREEMPTED
+    from gq.model import JobState
+    with tempfile.TemporaryDirectory(prefix="gqbench-plan-") as tmp:
+        head = plan_head(state, Path(tmp))
+        times = []
+        for i in range(passes + 1):
+            now = PLAN_NOW + i
+            head.dirty = True
+            before = {job.id: job.reason for job in head.index.ready()}
+            with head.store.tx():
+                t = time.process_time()
+                head.schedule(now)
+                took = (time.process_time() - t) * 1000
+            if i:
+                times.append(took)
+            started = [head.jobs[j] for j, launch in head.launches.items()
+                       if launch.sent_at == now]
+            stopped = [j for j in head.index.placed() if j.reason == PREEMPTED]
+            starts, reservations = len(started), len(head.reservations)
+            with head.store.tx():
+                for job in started:
+                    job.state, job.reason, job.start_time = JobState.PENDING, before[job.id], None
+                    job.alloc, job.holds_alloc = {}, False
+                    head.launches.pop(job.id)
+                    head._save(job)
+                for job in stopped:
+                    job.reason = ""
+                    head._save(job, "reason")
+            head.outbox_nodes.clear()
+        head.store.close()
+    times.sort()
+    return {"passes": passes, "p50_ms": round(statistics.median(times), 1),
+            "p99_ms": round(times[min(len(times) - 1, int(0.99 * len(times)))], 1),
+            "starts": starts, "reservations": reservations, "preemptions": len(stopped)}
 
 
 def time_plan(state, policy, passes: int) -> dict[str, Any]:
@@ -461,6 +547,9 @@ def histogram_window(before: dict, after: dict, name: str,
     total = delta(f"{name}_sum")
     out: dict[str, Any] = {"n": int(n), "sum_s": round(total, 3),
                            "mean_ms": round(total / n * 1000, 2) if n else None}
+    # The max is only known to its bucket: the bound of the lowest one holding every count.
+    out["max_le_ms"] = next((round(upper * 1000, 1) if upper != float("inf") else "+Inf"
+                             for upper, count in cum if n and count >= n), None)
     for q in quantiles:
         rank, lower, below = q / 100 * n, 0.0, 0.0
         value = le_ms = None
@@ -477,6 +566,38 @@ def histogram_window(before: dict, after: dict, name: str,
         out[f"p{q:g}_ms"] = None if value is None else round(value * 1000, 2)
         out[f"p{q:g}_le_ms"] = le_ms
     return out
+
+
+class PingProbe:
+    """A thread pinging gqd every `every_s` on its own connection, timing each round trip:
+    what a node's heartbeat or a job's end report would wait meanwhile."""
+
+    def __init__(self, cfg, every_s: float = 0.02):
+        import threading
+        self.cfg, self.every_s = cfg, every_s
+        self.rtts: list[float] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from gq.client import Client
+        with Client(self.cfg, timeout_s=600) as client:
+            while not self.stop.is_set():
+                t0 = time.perf_counter()
+                client.ping()
+                self.rtts.append(time.perf_counter() - t0)
+                self.stop.wait(self.every_s)
+
+    def __enter__(self) -> "PingProbe":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=600)
+
+    def summary(self) -> dict[str, Any]:
+        return dict(summary_ms(self.rtts)) if self.rtts else {"n": 0}
 
 
 # --- the Slurm peer ---------------------------------------------------------------------------

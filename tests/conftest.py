@@ -110,7 +110,9 @@ class LiveCluster:
 
     def run_ended(self, node: str, job_id: int) -> bool:
         """A run of the job on `node` has ended (its shepherd wrote the status), seen or not."""
-        return any((self.layout.node_dir(node) / "jobs").glob(f"{job_id}.*/status.json"))
+        from gq.node.shepherd import read_status
+        return any(read_status(run) for run in (self.layout.node_dir(node) / "jobs").glob(
+            f"{job_id}.*"))
 
     def acked(self, node: str) -> bool:
         """Every report `node` has sent reached gqd and was acknowledged (its outbox is empty)."""

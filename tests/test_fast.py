@@ -100,6 +100,22 @@ def test_lines_only_typer_reads_are_left_to_it() -> None:
     assert fast.run([]) is None
 
 
+def test_the_cli_builds_a_spec_with_exactly_jobspecs_fields() -> None:
+    """`gq submit` sends JobSpec's wire form without building a JobSpec (gq/cli/submission.py):
+    the same keys, and JobSpec reads it back unchanged."""
+    import dataclasses
+
+    from gq.cli import submission
+    from gq.model import JobSpec
+    params = fast.parse(fast.SUBMIT_OPTIONS, ["-t", "1:00:00", "--signal", "B:usr1@30", "--gpu-mem",
+                                              "20G", "--share", "-a", "0-3", "x.sh"], False)
+    assert params is not None
+    spec = submission.build_spec("#!/bin/sh\n", "x.sh", ["a"], params[0])
+    assert list(spec) == [f.name for f in dataclasses.fields(JobSpec)]
+    assert JobSpec.from_dict(spec).to_dict() == spec
+    assert (spec["time_limit_s"], spec["signal"], spec["array"]) == (3600, "B:USR1@30", "0-3")
+
+
 def test_submit_and_queue_load_neither_typer_nor_rich(tmp_path: Path) -> None:
     """Without a head to talk to the command fails, but only after the fast path ran it."""
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
@@ -107,8 +123,8 @@ def test_submit_and_queue_load_neither_typer_nor_rich(tmp_path: Path) -> None:
     env.pop("GQ_CONFIG")
     code = ("import sys\nfrom gq.cli.main import main\n"
             "rc = main(sys.argv[1:])\n"
-            "print(rc, [m for m in ('typer', 'rich', 'gq.sched', 'gq.cli.app') "
-            "if m in sys.modules])\n")
+            "print(rc, [m for m in ('typer', 'rich', 'gq.sched', 'gq.cli.app', 'zmq', "
+            "'gq.model', 'pathlib') if m in sys.modules])\n")
     for args in (["submit", "--parsable", "--hold", "--wrap", "true"], ["queue", "-p"],
                  ["q", "--json", "-t", "pd"], ["show", "12", "--json"]):
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from gq.errors import ExitStatus, GqError, UsageError
 from gq.model import (
     FAKE_GPU_MEMORY,
+    JOB_FIELDS,
     Gpu,
     Job,
     JobSpec,
@@ -17,6 +18,7 @@ from gq.model import (
     format_duration,
     format_size,
     iso_time,
+    job_record,
     parse_duration,
     parse_gpu_spec,
     parse_size,
@@ -442,6 +444,33 @@ def test_job_to_json_terminal_fields_and_array():
 )
 def test_iso_time(ts, text):
     assert iso_time(ts) == text
+
+
+@given(st.floats(min_value=-1e10, max_value=2.5e11) | st.integers(-10**10, 2 * 10**11)
+       | st.sampled_from([1.9999995, 1.9999994999, 59.99999951, 0.9999995, -0.0000001, -5.5]))
+def test_iso_time_is_datetimes_text(ts):
+    """iso_time formats by the minute and its own arithmetic; datetime is the reference, down to
+    its rounding to the microsecond (x.9999995 is the next second) and times before 1970."""
+    import datetime as dt
+    want = None if not ts else dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    assert iso_time(ts) == want
+
+
+def test_job_record_of_fields_is_that_part_of_the_full_record_in_that_order():
+    job = _job(state=JobState.RUNNING, start_time=1700000000.5, end_time=1700000060,
+               alloc={"n1": [0, 1]}, array_job_id=40, array_index=3, array="0-9%4",
+               output="o-%A_%a.txt", cwd="/w")
+    job.hold = "user"
+    full = job.to_json()
+    assert list(full) == list(JOB_FIELDS)
+    fields = ["stderr", "id", "state", "array_task_limit", "start_time", "hold", "job_id"]
+    assert list(job_record(tuple(fields))(job).items()) == [(f, full[f]) for f in fields]
+    assert job.to_json(fields) == {f: full[f] for f in fields}
+    assert (full["array_task_limit"], full["job_id"], full["stdout"]) == (
+        4, "40_3", "/w/o-40_3.txt")
+    with pytest.raises(KeyError):
+        job_record(("id", "no_such_field"))
 
 
 # ---------------------------------------------------------------- output patterns

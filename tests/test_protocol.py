@@ -55,6 +55,20 @@ def test_ok_and_error_replies_decode():
         protocol.REPLY, rid=6, ok=False, code="refused", error="nope")
 
 
+def test_packed_items_are_sent_as_packed_the_same_bytes_as_the_items():
+    """A listing page's records, packed once to measure them, go into the reply as they are."""
+    records = [{"id": i, "name": "x" * i, "gpu_ids": {"n": [i]}, "t": None} for i in range(40)]
+    parts = [msgpack.packb(r, use_bin_type=True) for r in records]
+    items = protocol.PackedItems(records, parts)
+    plain = msgpack.packb({"v": PROTOCOL_VERSION, "type": protocol.REPLY, "rid": 9, "ok": True,
+                           "jobs": records, "next": 39}, use_bin_type=True)
+    assert protocol.ok(9, jobs=items, next=39) == plain
+    assert decode(protocol.ok(9, jobs=protocol.PackedItems([], []), next=None))["jobs"] == []
+    # Parts that do not match the items (a list changed after packing) are not trusted.
+    items.append({"id": 99})
+    assert decode(protocol.ok(9, jobs=items))["jobs"] == [*records, {"id": 99}]
+
+
 def test_float_accepted_where_number_meant_and_none_where_optional():
     msg = decode(encode(protocol.REPORT, node="n", seq=1, job_id=2, restart=0, event="finished",
                         state=None, exit_code=None, time=12.25))

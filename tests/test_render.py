@@ -31,7 +31,11 @@ def test_json_documents_are_exactly_what_json_dumps_writes(capsys: pytest.Captur
     rng = random.Random(11)
     jobs = [Job(id=i, spec=JobSpec(script="x", name=f"n{i}", cwd="/w", array="0-3%2"),
                 alloc={"node1": [0, 1]} if i % 2 else {}).to_json() for i in range(1, 50)]
-    for doc in [{"schema_version": 1, "jobs": jobs}, *(_value(rng) for _ in range(3000))]:
+    # Lists of dicts: the same keys in another order, odd keys, values of every kind.
+    dicts = [{"a": 1, "b": "x"}, {"b": None, "a": [1, {"c": 2}]}, {"b": 2.5, "a": {}},
+             {1: "one"}, {1: None}, {}, {"a": True, "b": ()}, [{"a": 1}], "s", None]
+    for doc in [{"schema_version": 1, "jobs": jobs}, dicts,
+                *(_value(rng) for _ in range(3000))]:
         render.emit_json(doc)
         assert capsys.readouterr().out == json.dumps(doc, indent=2) + "\n"
 

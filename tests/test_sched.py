@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -37,7 +39,17 @@ def job(job_id: int, gpus: int = 1, *, qos: str = "normal", age: float = 0.0, **
 
 
 def run(nodes: list[NodeView], jobs: list[PendingJob], policy: Policy = POLICY) -> Plan:
-    return plan(Snapshot(nodes=tuple(nodes), pending=tuple(jobs)), NOW, policy)
+    """The plan, with `reasons` filled in for every job that did not start (`Plan.reason`, as
+    the head reads them)."""
+    return completed(plan(Snapshot(nodes=tuple(nodes), pending=tuple(jobs)), NOW, policy), jobs)
+
+
+def completed(p: Plan, jobs: Iterable[PendingJob]) -> Plan:
+    started = {s.job_id for s in p.starts}
+    for j in jobs:
+        if j.id not in started and (reason := p.reason(j)) is not None:
+            p.reasons[j.id] = reason
+    return p
 
 
 def starts(p: Plan) -> dict[int, dict[str, tuple[int, ...]]]:
@@ -138,7 +150,8 @@ def test_higher_qos_starts_first_when_one_slot_is_free():
     p = run(nodes, jobs)
     assert starts(p) == {3: {"n1": (7,)}}
     assert p.reasons == {2: RESOURCES, 1: PRIORITY}
-    assert p.priorities[3] > p.priorities[2] > p.priorities[1]
+    assert priority(jobs[2], NOW, POLICY) > priority(jobs[1], NOW, POLICY) \
+        > priority(jobs[0], NOW, POLICY)
 
 
 def test_older_job_wins_among_equal_qos():
@@ -148,7 +161,7 @@ def test_older_job_wins_among_equal_qos():
     p = run(nodes, [young, old])
     assert starts(p) == {2: {"n1": (7,)}}
     assert p.reasons == {1: RESOURCES}
-    assert p.priorities[2] > p.priorities[1]
+    assert priority(old, NOW, POLICY) > priority(young, NOW, POLICY)
 
 
 def test_exact_tie_goes_to_earlier_submission_then_lower_id():
@@ -284,6 +297,19 @@ def test_cpu_and_memory_are_consumed_across_jobs():
     assert set(starts(p)) == {1, 4}
     assert set(p.reasons) == {2, 3}
 
+
+
+@pytest.mark.parametrize("explain", [True, False])
+@pytest.mark.parametrize("age", [0.0, 3 * 86400.0])
+def test_gpuless_job_starts_on_free_cpus_while_every_gpu_is_busy(explain, age):
+    """A CPU-only job behind GPU jobs that wait for GPUs takes the free CPUs at once, young or
+    aged, in gqd's pass and in gq sim's (an idle CPU must not wait for a GPU)."""
+    full = node("n1", used=tuple(range(8)), cpus_free=8)
+    policy = dataclasses.replace(POLICY, explain=explain)
+    p = run([full], [job(1, age=age), job(2, gpus=0, cpus=4, age=age),
+                     job(3, gpus=0, cpus=8, age=age)], policy)
+    assert starts(p) == {2: {"n1": ()}}
+    assert p.reasons[1] == RESOURCES and 3 in p.reasons  # job 3 needs more CPUs than are left
 
 # ---------------------------------------------------------------- GPU sharing (--share)
 
@@ -485,11 +511,14 @@ def test_plan_invariants(state: Snapshot):
             mem[name] += j.mem
     for name, nv in nodes.items():
         assert cpus[name] <= nv.cpus_free and mem[name] <= nv.mem_free
-    # Every pending job either starts or says why not, never both; every one has a priority.
+    # Every pending job either starts or says why not, never both; the priorities the pass
+    # worked out are the jobs' own.
+    p = completed(p, state.pending)
     assert set(started) | set(p.reasons) == set(jobs)
     assert not set(started) & set(p.reasons)
     assert set(p.reasons.values()) <= {RESOURCES, PRIORITY, NEVER_FITS}
-    assert set(p.priorities) == set(jobs)
+    assert all(p.priorities[j.id] == priority(j, NOW, POLICY)
+               for j in state.pending if j.id in p.priorities)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -499,6 +528,7 @@ def test_plan_is_deterministic_and_does_not_mutate_snapshot(state: Snapshot):
     first, second = plan(state, NOW, POLICY), plan(state, NOW, POLICY)
     assert first == second
     assert repr(state) == before
+    first = completed(first, state.pending)
     # ReqNodeNotAvail exactly when too few nodes have enough matching GPUs, even all idle.
     for job_id, reason in first.reasons.items():
         j = next(j for j in state.pending if j.id == job_id)
@@ -512,7 +542,7 @@ def test_plan_is_deterministic_and_does_not_mutate_snapshot(state: Snapshot):
 
 FORBIDDEN = {"sqlite3", "zmq", "typer", "rich", "msgpack"}
 PKG = Path(gq.__file__).parent
-PURE_FILES = sorted(PKG.glob("sched/*.py")) + [PKG / "model.py"]
+PURE_FILES = sorted(PKG.glob("sched/*.py")) + [PKG / "model.py", PKG / "units.py"]
 
 
 def _imports(path: Path) -> set[str]:
@@ -531,7 +561,8 @@ def test_pure_core_imports_no_io_libraries(path: Path):
     assert not bad, f"{path.name} imports {sorted(bad)}"
     # And from the package itself, only the other pure modules.
     internal = {n for n in _imports(path) if n.split(".")[0] == "gq"}
-    assert all(n in {"gq.model", "gq.errors", "gq.defaults"} or n.startswith("gq.sched")
+    assert all(n in {"gq.model", "gq.units", "gq.errors", "gq.defaults"}
+               or n.startswith("gq.sched")
                for n in internal), internal
 
 

@@ -67,7 +67,7 @@ def test_short_job_backfills_before_the_reservation_long_one_waits() -> None:
     # The short job sits on the node the big job does not need, or ends before it starts.
     (short_node,) = started[11]
     assert short_node not in res.alloc or NOW + 300 <= res.start
-    assert p.reasons[12] == "Priority"
+    assert p.reason(jobs[2]) == "Priority"
 
 
 def test_backfill_breaks_a_size_tie_by_priority() -> None:
@@ -80,7 +80,7 @@ def test_backfill_breaks_a_size_tie_by_priority() -> None:
         p = plan(snapshot(runs, (big, low, high)), NOW, policy)
         assert [s.job_id for s in p.starts] == [12]
         assert 10 in p.reservations
-        assert p.reasons.get(11) == ("Priority" if policy.explain else None)
+        assert p.reason(low) == ("Priority" if policy.explain else None)
 
 
 def test_later_jobs_may_use_reserved_gpus_only_until_the_reservation() -> None:
@@ -127,6 +127,16 @@ def test_preemption_takes_only_as_many_victims_as_needed() -> None:
     assert sorted(x.victim for x in p.preemptions) == [0, 1, 2]
 
 
+def test_preemption_counts_the_gpus_this_pass_started_jobs_on_as_taken() -> None:
+    """The one free GPU goes to a short job backfilled in this pass: a 2-GPU pro job must then
+    take two victims' GPUs, not one beside a GPU that is no longer free."""
+    runs = tuple(running(i, {"n1": (i,)}, 1000 + i, 86400, qos="free") for i in range(7))
+    jobs = (pending(10, 2, qos="pro", limit=86400), pending(11, 1, limit=600))
+    p = plan(snapshot(runs, jobs, names=("n1",)), NOW, POLICY)
+    assert [(s.job_id, s.alloc) for s in p.starts] == [(11, {"n1": (7,)})]
+    assert sorted(x.victim for x in p.preemptions) == [0, 1]
+
+
 def test_no_preemption_of_exempt_protected_or_ending_jobs() -> None:
     runs = (running(1, {"n1": tuple(range(8))}, 60, 86400, qos="free"),      # too young
             running(2, {"n2": tuple(range(8))}, 5000, 86400, qos="normal"))  # not preemptible
@@ -168,7 +178,7 @@ def states(draw: st.DrawFn) -> Snapshot:
                                time_limit_s=draw(st.sampled_from([0, 600, 3600, 20000]))))
     jobs = tuple(PendingJob(id=i, qos=draw(st.sampled_from(["normal", "pro", "free"])),
                             submit_time=NOW - draw(st.integers(0, 200000)),
-                            gpus=draw(st.sampled_from([1, 1, 2, 4, 8])),
+                            gpus=draw(st.sampled_from([0, 1, 1, 2, 4, 8])),
                             nodes=draw(st.sampled_from([1, 1, 1, 2])),
                             time_limit_s=draw(st.sampled_from([0, 300, 3600, 7200])))
                  for i in range(draw(st.integers(1, 25))))
@@ -210,7 +220,7 @@ def test_no_plan_overallocates_or_lets_anything_overlap_a_reservation(state: Sna
     for s in p.starts:
         job = pending[s.job_id]
         assert len(s.alloc) == job.nodes and all(len(g) == job.gpus for g in s.alloc.values())
-    decided = {s.job_id for s in p.starts} | set(p.reasons)
+    decided = {s.job_id for s in p.starts} | {j.id for j in state.pending if p.reason(j)}
     assert decided == set(pending), "every pending job starts or has a reason"
     running_ids = {r.id for r in state.running}
     assert {x.victim for x in p.preemptions} <= running_ids
@@ -233,8 +243,9 @@ def test_ranking_only_what_decides_changes_no_decision(state: Snapshot, depth: i
     lazy = plan(state, NOW, dataclasses.replace(policy, explain=False))
     assert lazy.starts == full.starts
     assert lazy.preemptions == full.preemptions
-    assert set(full.priorities) == {j.id for j in jobs}
-    assert all(full.priorities[i] == p for i, p in lazy.priorities.items())
+    # Those worked out are the jobs' own (shown ones are worked out when shown).
+    own = dict(zip([j.id for j in jobs], priorities(jobs, NOW, policy, usage)))
+    assert all(own[i] == p for i, p in [*full.priorities.items(), *lazy.priorities.items()])
 
 
 @settings(max_examples=100, deadline=None)
@@ -270,7 +281,7 @@ def test_queue_index_follows_jobs_coming_and_going(ops: list[tuple[bool, int, st
     for add, job_id, qos, limit, share in ops:
         if add and job_id not in jobs:
             jobs[job_id] = PendingJob(id=job_id, qos=qos, submit_time=NOW - job_id * 7 % 13,
-                                      time_limit_s=limit, share=share)
+                                      time_limit_s=limit, share=share, gpus=job_id % 3)
             index.add(jobs[job_id])
         elif not add and job_id in jobs:
             assert index.remove(job_id) is jobs.pop(job_id)
@@ -280,6 +291,33 @@ def test_queue_index_follows_jobs_coming_and_going(ops: list[tuple[bool, int, st
         jobs.values(), key=lambda j: (-POLICY.qos_priority.get(j.qos, 0), j.submit_time, j.id))
     assert index.qos == Counter(j.qos for j in jobs.values())
     assert index.sharing == sum(j.share for j in jobs.values()) and len(index) == len(jobs)
+    assert index.gpuless == sum(not j.gpus for j in jobs.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 60), st.sampled_from(["normal", "pro", "x"]),
+                                   st.sampled_from([0, 60, 3600]), st.booleans()),
+                         max_size=70), max_size=6))
+def test_queue_index_synced_to_each_passs_jobs_holds_exactly_them(
+        passes: list[list[tuple[int, str, int, bool]]]) -> None:
+    """gqd hands its index each pass's eligible jobs (`sync`): some gone, some new, some the
+    same job with a new spec; a few or many at once. It must then be the index of those jobs."""
+    index = QueueIndex(POLICY)
+    made: dict[tuple[int, str, int, bool], PendingJob] = {}  # an unchanged job is the same object
+    for jobs in passes:
+        now = {key[0]: made.setdefault(key, PendingJob(id=key[0], qos=key[1], time_limit_s=key[2],
+                                                       submit_time=NOW - key[0] * 7 % 13,
+                                                       share=key[3], gpus=key[0] % 3))
+               for key in jobs}
+        index.sync(now.values())
+        fresh = QueueIndex(POLICY)
+        for job in now.values():
+            fresh.add(job)
+        assert index.by_size == fresh.by_size and index.by_age == fresh.by_age
+        assert all(a[-1] is b[-1] for a, b in zip(index.by_size, fresh.by_size))
+        assert index.qos == fresh.qos and index.sharing == fresh.sharing
+        assert index.gpuless == fresh.gpuless
+        assert len(index) == len(now)
 
 
 @settings(max_examples=150, deadline=None)
@@ -302,3 +340,4 @@ def test_a_pass_over_the_callers_queue_index_decides_the_same(
     assert walked.preemptions == alone.preemptions
     assert walked.reservations == alone.reservations
     assert walked.reasons == alone.reasons
+    assert [walked.reason(j) for j in state.pending] == [alone.reason(j) for j in state.pending]

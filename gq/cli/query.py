@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gq import gcpause
 from gq.cli import render
 from gq.errors import UsageError
 
@@ -46,13 +47,14 @@ def queue(me: bool, user: str | None, state: str | None, all_jobs: bool, as_json
             raise UsageError("--start lists pending jobs only: leave out --state or include PD")
         wanted = ["PENDING"]
     fields = None if as_json else render.START_FIELDS if start else render.QUEUE_FIELDS
-    with client() as c:
-        who = c._user if me else user
-        jobs = c.queue(user=who, states=wanted, all=all_jobs, start=start, fields=fields)
-    if as_json:
-        render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": jobs})
-    else:
-        render.listing(*(render.start_rows if start else render.queue_rows)(jobs), parsable)
+    with gcpause.paused():  # records and rows by the thousand: see gq.gcpause
+        with client() as c:
+            who = c._user if me else user
+            jobs = c.queue(user=who, states=wanted, all=all_jobs, start=start, fields=fields)
+        if as_json:
+            render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": jobs})
+        else:
+            render.listing(*(render.start_rows if start else render.queue_rows)(jobs), parsable)
     return 0
 
 

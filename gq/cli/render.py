@@ -16,7 +16,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any
 
 from gq.arrays import fold
-from gq.model import format_duration, format_size, parse_iso_time
+from gq.units import format_duration, format_size, parse_iso_time
 
 #: Version of the `--json` documents; bumped only when a field changes meaning or goes away.
 JSON_SCHEMA_VERSION = 1
@@ -67,11 +67,36 @@ def _pretty(value: Any, pad: str) -> str:
     if kind is list or kind is tuple:
         if not value:
             return "[]"
-        inner = pad + "  "
-        return "[\n" + ",\n".join([inner + _pretty(v, inner) for v in value]) + f"\n{pad}]"
+        return "[\n" + ",\n".join(_items(value, pad + "  ")) + f"\n{pad}]"
     # Floats (NaN, Infinity), other keys: json's own text. It has no raw newline but those
     # between its lines, so indenting those puts it at this depth.
     return json.dumps(value, indent=2).replace("\n", "\n" + pad)
+
+
+def _items(values: list[Any] | tuple[Any, ...], pad: str) -> list[str]:
+    """A list's items at `pad`. A listing's jobs are dicts with the same keys in the same order:
+    their keys' text is made once for the lot, and string values (most of them) go straight
+    to json's encoder; a third of `gq queue --json`'s time was spent on the rest of `_pretty`."""
+    out = []
+    keys: tuple[Any, ...] = ()
+    heads: list[str] | None = None
+    inner = pad + "  "
+    close = f"\n{pad}}}"
+    for v in values:
+        if type(v) is dict and v:
+            if (now := tuple(v)) != keys:
+                keys = now
+                heads = [f"{inner}{_json_str(k)}: " for k in keys] \
+                    if all(type(k) is str for k in keys) else None
+            if heads is not None:
+                out.append(pad + "{\n" + ",\n".join([
+                    head + (_json_str(x) if type(x) is str else "null" if x is None
+                            else int.__repr__(x) if type(x) is int else _pretty(x, inner))
+                    for head, x in zip(heads, v.values())])
+                    + close)
+                continue
+        out.append(pad + _pretty(v, pad))
+    return out
 
 
 #: `gq --color WHEN`: "auto" (colour on a terminal unless $NO_COLOR is set), "always" (rich

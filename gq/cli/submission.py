@@ -1,4 +1,4 @@
-"""`gq submit` from its option values: the script, its directives, the JobSpec, the request.
+"""`gq submit` from its option values: the script, its directives, the job spec, the request.
 
 Free of typer, so that the fast path (gq/cli/fast.py) runs the very same code as the typer
 command (gq/cli/submit.py); each passes its own parser for the words of directive lines.
@@ -10,12 +10,11 @@ import os
 import sys
 import time as _time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from gq.cli.directives import directive_lines, translate_slurm
 from gq.errors import UsageError
-from gq.model import JobSpec, parse_duration, parse_signal, parse_size, parse_time
+from gq.units import parse_duration, parse_size, parse_time, signal_parts, signal_text
 
 #: Options whose value directives may supply; the command line wins over both kinds of line.
 MERGEABLE = ("gpus", "nodes", "gpu_type", "gpu_mem", "cpus", "mem", "time", "qos", "name",
@@ -63,7 +62,8 @@ def script_text(script: str | None, wrap: str | None) -> tuple[str, str]:
             raise UsageError("nothing to run: give a SCRIPT, '-' for stdin, or --wrap 'COMMAND'")
         return sys.stdin.read(), "stdin"
     try:
-        text = Path(script).read_text()
+        with open(script) as f:
+            text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read script {script!r}: {exc}") from None
     if not text.startswith("#!"):
@@ -101,8 +101,12 @@ def _warn(warnings: list[str]) -> None:
             render.message(warning)
 
 
-def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any]) -> JobSpec:
-    """A JobSpec from option values, with every value checked here, before anything is sent."""
+def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any]
+               ) -> dict[str, Any]:
+    """A job spec from option values, with every value checked here, before anything is sent:
+    every field of gq.model.JobSpec (its wire form), built without the dataclass, whose module
+    would cost every `gq submit` more than the rest of its spec (tests/test_fast.py holds the
+    two to each other)."""
     if v["gpus"] < 0:
         raise UsageError(f"bad --gpus {v['gpus']}: must be 0 or more")
     if v["nodes"] < 1:
@@ -118,7 +122,7 @@ def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any])
         raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it), "
                          "e.g. --share --gpu-mem 20G, and at least one GPU")
     cwd = os.path.abspath(v["chdir"]) if v["chdir"] else os.getcwd()
-    return JobSpec(
+    return dict(
         script=text, name=v["name"] or default_name, args=args, user="", uid=os.getuid(),
         gid=os.getgid(), cwd=cwd, env=export_env(v["export"], dict(os.environ)),
         nodes=v["nodes"], gpus=v["gpus"], gpu_type=v["gpu_type"],
@@ -127,11 +131,12 @@ def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any])
         time_limit_s=parse_duration(v["time"]) if v["time"] else None, qos=v["qos"],
         output=v["output"], error=v["error"], requeue=not v["no_requeue"],
         retries=v["retries"],
-        signal=str(parse_signal(v["job_signal"])) if v["job_signal"] else None,
-        hold=v["hold"], kill_on_invalid_dep=v["kill_on_invalid_dep"], account=v["account"],
+        signal=signal_text(*signal_parts(v["job_signal"])) if v["job_signal"] else None,
+        hold=v["hold"],
         begin_time=parse_time(v["begin"], _time.time(), future=True) if v["begin"] else None,
-        dependency=_checked_dependency(v["dependency"]), array=_checked_array(v["array"]),
-        share=v["share"])
+        dependency=_checked_dependency(v["dependency"]),
+        kill_on_invalid_dep=v["kill_on_invalid_dep"], array=_checked_array(v["array"]),
+        account=v["account"], share=v["share"])
 
 
 def _checked_dependency(text: str | None) -> str | None:

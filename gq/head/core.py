@@ -12,11 +12,11 @@ import heapq
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq import defaults, protocol
+from gq import defaults, gcpause, protocol
 from gq.arrays import parse_array, parse_ref, split_ref
 from gq.config import Config
 from gq.deps import ParentState, parse_dependency
@@ -24,11 +24,13 @@ from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedErr
 from gq.head import gate, limits
 from gq.head.auth import Caller
 from gq.head.index import JobIndex
+from gq.head.submits import Submits
 from gq.model import (JOB_FIELDS, Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
-                      format_size, iso_time, parse_signal)
+                      format_size, iso_time, job_record, parse_signal)
 from gq.head.usage import Usage
 from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, placement, plan
-from gq.sched.priority import factors
+from gq.sched.priority import factors, priority_of
+from gq.sched.queue import QueueIndex
 from gq.store import Store
 
 log = logging.getLogger("gq.head")
@@ -100,12 +102,15 @@ class Head:
         self.deferred: list[tuple[Any, bytes]] = []
         self.parked: list[Parked] = []
         self.dirty = True
+        self.submits = Submits(self)
         self.load(now)
 
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
         self.cfg = cfg
         self.policy = cfg.policy()
+        #: The jobs of the last pass, kept in the orders a pass takes them (under the policy).
+        self.queue_index = QueueIndex(self.policy)
         self.dirty = True
 
     def load(self, now: float) -> None:
@@ -119,6 +124,8 @@ class Head:
         #: Job id -> (its spec, alloc, (start time, ending) and the scheduler's view of it
         #: holding GPUs, made from them).
         self.running_views: dict[int, tuple[JobSpec, dict, tuple[Any, ...], RunningJob]] = {}
+        #: Node name -> (its GPU list, what else its view was made from, the view).
+        self.node_views: dict[str, tuple[list[Gpu], tuple[Any, ...], NodeView]] = {}
         self.index = JobIndex()
         for job in self.store.live_jobs():
             self._track(job)
@@ -147,6 +154,7 @@ class Head:
                 self._remind(job.id)
         self.outbox_nodes.clear()
         self.dirty = True
+        self.submits.reloaded()
 
     # ------------------------------------------------------------ client requests
 
@@ -166,38 +174,14 @@ class Head:
         return {"version": defaults.PROTOCOL_VERSION, "user": caller.user, "uid": caller.uid,
                 "proven": caller.proven, "pid": os.getpid()}
 
-    def _req_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+    def _req_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                    ) -> dict | None:
+        """All or none; a big one is worked through over several loop turns (submits.py) and
+        answered (None here) once committed."""
         intake = _Intake(views=self._node_views(), gid=_primary_gid(caller.uid))
-        specs = [self._accept_spec(protocol.check_spec(s), caller, intake) for s in msg["jobs"]]
-        if not specs:
-            raise UsageError("nothing to submit")
-        limits.check_submit(self.cfg, self.queued, specs)
-        ids = []
-        singles: list[Job] = []  # jobs not in an array: inserted together, in request order
-        for spec in specs:
-            hold = "user" if spec.hold else ""
-            if spec.array:
-                # One row per task, inserted together; the array's id is its first task's.
-                tasks = [Job(id=0, spec=spec, submit_time=now, reason="None", array_index=i,
-                             hold=hold) for i in parse_array(spec.array).indices]
-                self._insert(singles)
-                self.store.insert_array(tasks)
-            else:
-                tasks = [Job(id=0, spec=spec, submit_time=now, reason="None", hold=hold)]
-                singles.append(tasks[0])
-            ids.append(tasks)
-        self._insert(singles)
-        for tasks in ids:
-            for job in tasks:
-                self._track(job)
-        self.dirty = True
-        return {"ids": [tasks[0].id for tasks in ids]}
-
-    def _insert(self, jobs: list[Job]) -> None:
-        """Insert jobs waiting in `jobs` (one statement for them all) and empty it; ids in order."""
-        if jobs:
-            self.store.insert_jobs(jobs)
-            jobs.clear()
+        return self.submits.submit(
+            msg["rid"], client, msg["jobs"],
+            lambda raw: self._accept_spec(protocol.check_spec(raw), caller, intake), now)
 
     def _track(self, job: Job) -> None:
         self.jobs[job.id] = job
@@ -513,16 +497,31 @@ class Head:
         if states:
             jobs = (j for j in jobs if j.state.value in states)
         fields = _fields(msg)
+        if fields is None or "priority" in fields:
+            jobs = self._shown(jobs, now)
+        record = job_record(None if fields is None else tuple(fields))
         if not msg.get("start"):
-            return _paged(jobs, lambda j: j.to_json(fields), msg.get("limit"))
+            return _paged(jobs, record, msg.get("limit"))
 
         def with_start(job: Job) -> dict[str, Any]:
             # squeue --start: the scheduler's reservations of pending jobs
-            data = job.to_json(fields)
+            data = record(job)
             if job.state == JobState.PENDING:
                 data.update(self._expected(job))
             return data
         return _paged(jobs, with_start, msg.get("limit"))
+
+    def _shown(self, jobs: Iterable[Job], now: float) -> Iterator[Job]:
+        """`jobs`, each pending one given its priority at `now` as it goes by. A priority is a
+        function of the job, the time and usage: worked out when shown, not by every pass for
+        every queued job."""
+        rank = None
+        for job in jobs:
+            if job.state == JobState.PENDING:
+                if rank is None:
+                    rank = priority_of(now, self.policy, self.usage.at(now))
+                job.priority = rank(self._view(job))
+            yield job
 
     def _expected(self, job: Job) -> dict[str, Any]:
         """When and where the last pass expects a pending job to start (None: no reservation)."""
@@ -531,7 +530,7 @@ class Head:
                 "expected_nodes": list(res.alloc) if res else None}
 
     def _req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        job = self.lookup(_ref(msg["id"]))
+        [job] = self._shown([self.lookup(_ref(msg["id"]))], now)
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
                     cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem)
@@ -550,7 +549,7 @@ class Head:
         jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"),
                                   after=msg.get("after", 0),
                                   limit=HISTORY_MAX if limit is None else limit + 1)
-        return _paged(jobs, lambda j: j.to_json(), limit)
+        return _paged(jobs, job_record(), limit)
 
     def _req_accounting(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                         ) -> dict:
@@ -629,7 +628,7 @@ class Head:
         jobs = [job for raw in msg["ids"] for job in self._expand(_ref(raw))]
         ids = [job.id for job in jobs]
         if all(j.state.terminal for j in jobs):
-            return {"done": True, "jobs": [j.to_json() for j in jobs]}
+            return {"done": True, "jobs": [j.to_json() for j in self._shown(jobs, now)]}
         timeout = min(float(msg.get("park_s", defaults.WAIT_POLL_S)), 300.0)
         self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids, deadline=now + timeout))
         return None
@@ -641,7 +640,8 @@ class Head:
             done = all(j is None or j.state.terminal for j in jobs)
             if done or now >= p.deadline:
                 self.deferred.append((p.client, protocol.ok(
-                    p.rid, done=done, jobs=[j.to_json() for j in jobs if j is not None])))
+                    p.rid, done=done,
+                    jobs=[j.to_json() for j in self._shown(filter(None, jobs), now)])))
             else:
                 keep.append(p)
         self.parked = keep
@@ -875,6 +875,14 @@ class Head:
 
     def schedule(self, now: float) -> None:
         """One pass of the pure scheduler; its starts are persisted here and launched after commit."""
+        # A pass makes tens of thousands of short-lived objects (keys, views, lists), which set
+        # off many collections, each walking the head's long-lived ones (every job): a fifth of
+        # a pass on a 10,000-job queue. What a pass drops is freed by reference counting; the
+        # rare cycle waits for the next collection after it.
+        with gcpause.paused():
+            self._pass(now)
+
+    def _pass(self, now: float) -> None:
         self.dirty = False
         # Held jobs are screened once after their hold (their reason changes with it only).
         screen = gate.screen([*self.index.ready(), *self.index.take_fresh()], now, self._parent,
@@ -886,21 +894,38 @@ class Head:
             self.cancel(job, now)
             job.reason = gate.NEVER
             self._save(job, "reason")
-        pending = tuple(self._view(j) for j in eligible)
+        pending = self._views(eligible)
         if not pending:
             self.reservations = {}
             return
+        usage = self.usage.at(now)
+        self.queue_index.sync(pending)
         result = plan(Snapshot(nodes=self._node_views(), pending=pending,
-                               running=self._running_views(), usage=self.usage.at(now)),
-                      now, self.policy)
+                               running=self._running_views(), usage=usage,
+                               queue=self.queue_index), now, self.policy)
         self.reservations = result.reservations
         for preempt in result.preemptions:
             self._preempt(self.jobs[preempt.victim], preempt.for_job)
-        self._set_reasons((self.jobs[job_id], reason) for job_id, reason in result.reasons.items())
-        for job_id, prio in result.priorities.items():
-            self.jobs[job_id].priority = prio
+        started = {start.job_id for start in result.starts}
+        # Every job that did not start gets the pass's reason for it (Plan.reason), written out:
+        # this runs for every queued job. A job the pass left out has its shape's (`behind`).
+        one_each = {view.shape: view for view in pending}
+        behind = {shape: result.behind(view) for shape, view in one_each.items()} \
+            if result.behind is not None else dict.fromkeys(one_each)
+        get = result.reasons.get
+        changed = [(job, reason) for job, view in zip(eligible, pending)
+                   if (reason := get(job.id) or (None if job.id in started
+                                                 else behind[view.shape])) is not None
+                   and job.reason != reason]
+        for job, reason in changed:
+            job.reason = reason
+        self.store.update_jobs([job for job, _ in changed], "reason")
+        # A pending job's priority is worked out when shown (_shown); a running one shows the
+        # priority it started with.
+        rank = priority_of(now, self.policy, usage)
         for start in result.starts:
             job = self.jobs[start.job_id]
+            job.priority = rank(self._view(job))
             job.state, job.reason, job.start_time = JobState.RUNNING, "", now
             job.alloc = {n: list(g) for n, g in start.alloc.items()}
             job.holds_alloc = True
@@ -911,10 +936,17 @@ class Head:
     def _view(self, job: Job) -> PendingJob:
         """The scheduler's view of a pending job, made once per spec (`gq update` replaces the
         spec): every pass reads all the queue's, and a kept view keeps its cached shape."""
-        kept = self.views.get(job.id)
-        if kept is None or kept[0] is not job.spec:
-            kept = self.views[job.id] = (job.spec, _pending_view(job))
-        return kept[1]
+        return self._views((job,))[0]
+
+    def _views(self, jobs: Iterable[Job]) -> tuple[PendingJob, ...]:
+        """_view of each of `jobs`, written out: a pass asks for the whole queue's."""
+        views, out = self.views, []
+        for job in jobs:
+            kept = views.get(job.id)
+            if kept is None or kept[0] is not job.spec:
+                kept = views[job.id] = (job.spec, _pending_view(job))
+            out.append(kept[1])
+        return tuple(out)
 
     def _set_reasons(self, reasons: Iterable[tuple[Job, str]]) -> None:
         """Give pending jobs their reason; the changed ones are written in one statement."""
@@ -987,11 +1019,21 @@ class Head:
                         used[node].update(gpus)
                         cpus[node] += job.spec.cpus
                         mem[node] += job.spec.mem
-        return tuple(NodeView(name=n.name, gpus=tuple(n.gpus),
-                              free=frozenset(g.index for g in n.gpus) - used[n.name],
-                              cpus_free=n.cpus - cpus[n.name], mem_free=n.mem - mem[n.name],
-                              schedulable=n.state == NodeState.UP)
-                     for n in self.nodes.values())
+        views = []
+        for n in self.nodes.values():
+            made_of = (frozenset(used[n.name]), n.cpus - cpus[n.name], n.mem - mem[n.name],
+                       n.state == NodeState.UP)
+            kept = self.node_views.get(n.name)
+            # Most nodes are as they were in the last pass; a kept view also keeps its GPU
+            # tuple, which the scheduler's caches key on. (A node's GPU list is replaced when
+            # it registers, never changed in place: `is` tells a change.)
+            if kept is None or kept[0] is not n.gpus or kept[1] != made_of:
+                gpus = kept[2].gpus if kept is not None and kept[0] is n.gpus else tuple(n.gpus)
+                kept = self.node_views[n.name] = (n.gpus, made_of, NodeView(
+                    name=n.name, gpus=gpus, free=frozenset(g.index for g in gpus) - made_of[0],
+                    cpus_free=made_of[1], mem_free=made_of[2], schedulable=made_of[3]))
+            views.append(kept[2])
+        return tuple(views)
 
     def _remind(self, job_id: int) -> None:
         """Look at the job's launch again LAUNCH_RESEND_S after it was sent."""
@@ -1048,20 +1090,27 @@ def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
     """A listing's reply: the records of all `jobs`; or with `limit`, of the first `limit` of
     them that fit in PAGE_BYTES, and `next`, the id to ask for the rest after (None: none
     left). A client that pages never meets the message size limit, however many jobs."""
-    if limit is None:
-        return {"jobs": [record(j) for j in jobs]}
-    out: list[dict[str, Any]] = []
-    size, last = 0, None
-    for job in jobs:
-        if len(out) == limit:
-            return {"jobs": out, "next": last}
-        data = record(job)
-        size += protocol.packed_size(data)
-        if out and size > PAGE_BYTES:
-            return {"jobs": out, "next": last}
-        out.append(data)
-        last = job.id
-    return {"jobs": out, "next": None}
+    with gcpause.paused():  # thousands of new records: see gq.gcpause
+        if limit is None:
+            return {"jobs": [record(j) for j in jobs]}
+        out: list[dict[str, Any]] = []
+        parts: list[bytes] = []  # each record packed, to measure it and then to send as it is
+        pack = protocol.packer()
+        size, last, more = 0, None, False
+        for job in jobs:
+            if len(out) == limit:
+                more = True
+                break
+            data = record(job)
+            packed = pack(data)
+            size += len(packed)
+            if out and size > PAGE_BYTES:
+                more = True
+                break
+            out.append(data)
+            parts.append(packed)
+            last = job.id
+        return {"jobs": protocol.PackedItems(out, parts), "next": last if more else None}
 
 
 def _pending_view(job: Job) -> PendingJob:

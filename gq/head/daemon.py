@@ -21,6 +21,7 @@ from gq.errors import ConfigError, GqError, ProtocolError, StoreError
 from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
+from gq.head.submits import SLICE_S as SUBMIT_SLICE_S
 from gq.pidfile import acquire
 from gq.store import Store
 
@@ -63,8 +64,6 @@ class HeadServer:
         for sock in (*self.clients, self.nodes):
             self.poller.register(sock, zmq.POLLIN)
         self.poller.register(self.signals.wake_r, zmq.POLLIN)
-        #: Jobs accepted in the batch being handled; counted in the metrics once committed.
-        self.submitted = 0
         self.metrics = self._serve_metrics()
         #: When the loop next publishes a metrics sample (time.monotonic()).
         self.publish_at = 0.0
@@ -140,7 +139,8 @@ class HeadServer:
         service.notify("READY=1")
         while True:
             pass_at = max(self.schedule_after, self.pass_after)
-            due = self.head.dirty and time.time() >= pass_at
+            # A submit in the works goes on at once, in the turn's slice after the messages.
+            due = self.head.dirty and time.time() >= pass_at or self.head.submits.busy
             tick = defaults.LOOP_TICK_S
             if self.head.wake_at is not None:  # a --begin time: wake for it, not a tick late
                 tick = min(tick, max(0.0, self.head.wake_at - time.time()))
@@ -163,7 +163,9 @@ class HeadServer:
             self._publish()
             if self.metrics is not None:
                 self.metrics.loop_turn(asked, timeout_ms / 1000, woke, time.monotonic())
-            if self.signals.stop_requests:
+            if self.signals.stop_requests and not self.head.submits.busy:
+                # Submits in the works are finished first (seconds at most), so they are
+                # answered rather than dropped.
                 log.info("stop signal: answered what had arrived; gqd stops, jobs keep running")
                 service.notify("STOPPING=1")
                 return 0
@@ -211,8 +213,10 @@ class HeadServer:
                    now: float) -> None:
         """Handle everything that arrived in one transaction (group commit), then send."""
         replies: list[tuple[ClientRequest, bytes, bool]] = []
-        self.submitted = 0
         self.client_changed = False
+        submits = self.head.submits
+        # Submits get at most this much of the turn; then the sockets are read again.
+        submits.deadline = time.perf_counter() + SUBMIT_SLICE_S
         try:
             with self.store.tx():
                 for req in requests:
@@ -221,6 +225,8 @@ class HeadServer:
                         replies.append(reply)
                 for name, payload in node_msgs:
                     self._node(name, payload, now)
+                if submits.work():
+                    self.client_changed = True  # its jobs are seen by a pass before the answer
                 self.head.tick(now)
                 if self.head.dirty and now >= self.schedule_after and (
                         self.client_changed or now >= self.pass_after):
@@ -238,11 +244,14 @@ class HeadServer:
             self.head.load(now)
             self.schedule_after = now + defaults.STORE_RETRY_S
             self.head.deferred.clear()
-            self.submitted = 0
+            answers, submitted = submits.aborted(exc)
             replies = [(r, protocol.error(_rid_of(r.payload), exc.code, str(exc)), False)
                        if accepted else (r, data, accepted) for r, data, accepted in replies]
-        if self.metrics is not None and self.submitted:
-            self.metrics.submitted.inc(self.submitted)
+        else:
+            answers, submitted = submits.committed()
+        self.head.deferred.extend(answers)
+        if self.metrics is not None and submitted:
+            self.metrics.submitted.inc(submitted)
         for req, data, _ in replies:
             self._send_client(req.sock, req.envelope, data)
         for (sock, envelope), data in self.head.deferred:
@@ -254,23 +263,23 @@ class HeadServer:
 
     def _client(self, req: ClientRequest, now: float) -> tuple[ClientRequest, bytes, bool] | None:
         """(request, reply, accepted) — or None when the reply is deferred."""
-        rid = _rid_of(req.payload)
+        rid = None  # read from the payload again only for an error: a submit's is big
         try:
             msg = protocol.decode(req.payload, protocol.CLIENT_REQUESTS)
             rid_field = msg.get("rid")
             if not isinstance(rid_field, int) or isinstance(rid_field, bool) or rid_field < 0:
                 raise ProtocolError("request has no integer rid (0 or more)")
+            rid = rid_field
             caller = caller_of(req.user_id, msg.get("claim_uid"), msg.get("claim_user"),
                                self.cfg.auth.admins)
-            before = len(self.head.jobs)
             data = self._isolated(msg, caller, (req.sock, req.envelope), now)
-            if msg["type"] == protocol.SUBMIT:
-                self.submitted += len(self.head.jobs) - before
-            self.client_changed |= msg["type"] in CHANGING_REQUESTS
+            # A submit still in the works (data None) changes nothing yet: no pass for it now.
+            self.client_changed |= msg["type"] in CHANGING_REQUESTS and data is not None
         except GqError as exc:
             if isinstance(exc, ProtocolError):
                 log.warning("bad client request: %s", exc)
-            return req, protocol.error(rid, exc.code, str(exc)), False
+            return req, protocol.error(_rid_of(req.payload) if rid is None else rid, exc.code,
+                                       str(exc)), False
         return None if data is None else (req, protocol.ok(rid, **data), True)
 
     def _isolated(self, msg: dict[str, Any], caller: Any, client: Any, now: float) -> Any:

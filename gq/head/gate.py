@@ -77,9 +77,12 @@ def screen(jobs: Iterable[Job], now: float, parent: Callable[[int], ParentState]
     for job in jobs:
         if job.state != JobState.PENDING:
             continue
-        reason = _held_back(job, now, parent, live.first)
-        if reason is None and job.array_job_id is not None and job.spec.array:
-            limit = _throttle(job.spec.array)
+        spec = job.spec
+        # Most jobs have no hold, --begin or dependency: no call for them (runs for every job).
+        reason = _held_back(job, now, parent, live.first) \
+            if job.hold or spec.begin_time is not None or spec.dependency else None
+        if reason is None and job.array_job_id is not None and spec.array:
+            limit = _throttle(spec.array)
             if limit is not None:
                 # Admit only as many tasks as may still start; they go in submit order.
                 if running[job.array_job_id] >= limit:

@@ -1,8 +1,8 @@
 """gqnode: registers with gqd, heartbeats, launches shepherds, and reports every run's end.
 
-Every run has a directory `jobs/JOBID.RESTART/` (launch order, shepherd pid, final status), and
-every report goes through the durable outbox, so a restarted gqnode re-adopts live shepherds and
-still reports runs that ended while it was down.
+Every run has a directory `jobs/JOBID.RESTART/` (launch order; its record: shepherd and job pids,
+final status), and every report goes through the durable outbox, so a restarted gqnode re-adopts
+live shepherds and still reports runs that ended while it was down.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import zmq
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
 from gq.errors import GqError
-from gq.fsutil import write_atomic
 from gq.model import JobState, parse_size
 from gq.node import shepherd, trash
 from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
@@ -103,7 +102,7 @@ class NodeDaemon:
                 continue
             if (job_id, restart) in reported:
                 continue  # its end is in the outbox; the directory goes when that is acked
-            pid, pid_started = _read_pid(run_dir)
+            pid, pid_started = shepherd.read_pid(run_dir, "shepherd", shepherd.PID_FILE)
             run = Run(job_id, restart, run_dir, pid, pid_started, child=False)
             self.runs[(job_id, restart)] = run
             if not _alive(pid, pid_started):
@@ -219,14 +218,19 @@ class NodeDaemon:
         tmp = self.jobs_dir / f".{run_dir.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        # Neither file needs an fsync: both only matter while this boot's shepherd lives (a
-        # host crash kills it, and adopt() then reports the run lost either way).
-        write_atomic(tmp / shepherd.LAUNCH_FILE, msgpack.packb(msg, use_bin_type=True),
-                     durable=False)
+        # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
+        # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
+        # either way). The order needs no atomic write either: its directory is renamed whole.
+        (tmp / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(msg, use_bin_type=True))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
         started = _proc_start(pid)
-        write_atomic(run_dir / shepherd.PID_FILE, f"{pid} {started}\n".encode(), durable=False)
+        try:
+            shepherd.record(run_dir, "shepherd", f"{pid} {started}")
+        except OSError as exc:
+            # The run goes on; only a restarted gqnode would not find it (and report it lost).
+            log.warning("job %d run %d: cannot record its shepherd's pid: %s", key[0], key[1],
+                        exc)
         self.runs[key] = Run(key[0], key[1], run_dir, pid, started, child=True)
         self.outbox.put({"node": self.name, "job_id": key[0], "restart": key[1],
                          "event": protocol.STARTED, "time": time.time()})
@@ -348,14 +352,6 @@ def _proc_start(pid: int) -> float:
         return psutil.Process(pid).create_time()
     except psutil.Error:
         return 0.0
-
-
-def _read_pid(run_dir: Path) -> tuple[int, float]:
-    try:
-        pid, started = (run_dir / shepherd.PID_FILE).read_text().split()
-        return int(pid), float(started)
-    except (OSError, ValueError):
-        return 0, 0.0
 
 
 def _alive(pid: int, started: float) -> bool:

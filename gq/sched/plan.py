@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from gq.model import Gpu
 from gq.sched import placement
@@ -45,15 +45,25 @@ class _Pass:
         # either, since bookings only grow during a pass. Jobs of one shape are tried once.
         self.failed_now: dict[Shape, float] = {}
         self.never: dict[Shape, bool] = {}
-        # Nodes grouped by their GPU tuple, so "could any node ever hold this shape" is asked
-        # once per tuple (the simulator shares one among all nodes; hashing GPUs costs more).
-        self.kinds: dict[int, tuple[tuple[Gpu, ...], int]] = {}
+        # Nodes grouped by what placement reads of their GPUs (type and VRAM), so "could any
+        # node ever hold this shape" is asked once per kind of node: a real cluster's GPU tuples
+        # all differ (by UUID), and the head makes them anew every pass. A tuple shared by many
+        # nodes (the simulator's) is read once.
+        by_tuple: dict[int, tuple[tuple[Gpu, ...], int]] = {}
         for n in state.nodes:
-            self.kinds[id(n.gpus)] = (n.gpus, self.kinds.get(id(n.gpus), (n.gpus, 0))[1] + 1)
+            by_tuple[id(n.gpus)] = (n.gpus, by_tuple.get(id(n.gpus), (n.gpus, 0))[1] + 1)
+        self.kinds: dict[tuple[tuple[str, int], ...], tuple[tuple[Gpu, ...], int]] = {}
+        for gpus, count in by_tuple.values():
+            kind = tuple((g.type, g.memory) for g in gpus)
+            self.kinds[kind] = (gpus, self.kinds.get(kind, (gpus, 0))[1] + count)
         self.blocked: list[PendingJob] = []
-        #: QOS of the pending jobs, and whether any shares GPUs (set by plan()).
+        #: Blocked preemptors' jobs after `blocked`, in order, not yet listed (see backfill).
+        self.tail: _Backlog | None = None
+        #: QOS of the pending jobs, whether any shares GPUs and whether any needs none (set by
+        #: plan()).
         self.queued_qos: set[str] = set()
         self.sharing = True
+        self.gpuless = True
         #: Ids of the jobs taken in priority order (before backfill).
         self.considered: set[int] = set()
 
@@ -68,7 +78,9 @@ class _Pass:
         failed = self.failed_now.get(shape)
         # A shape that failed at a shorter limit fails again (bookings only grow in a pass); with
         # nothing free, only a job that must be looked at anyway is (see _needs_work).
+        # (A sharing or GPU-less job needs no free GPU to start.)
         if (failed is None or failed > limit) and (self.profile.any_free_now() or job.share
+                                                   or not job.gpus
                                                    or self._needs_work(job, may_reserve)):
             alloc = self.profile.place(job, self.now)
             if alloc is not None:
@@ -80,7 +92,7 @@ class _Pass:
         # A reservation only matters while something could still start in this pass (or to
         # judge whether preempting is worth it, or to tell the user when the job should start).
         if (may_reserve or self._aged(job)) and len(self.result.reservations) < MAX_RESERVATIONS \
-                and (self.policy.explain or self.profile.any_free_now()
+                and (self.reserving or self.profile.any_free_now()
                      or job.qos in self.policy.preemptors):
             reservation = _reserve(self.profile, job)
             if reservation is not None:
@@ -109,7 +121,7 @@ class _Pass:
         # (Only preemptors with jobs in the queue: most passes have none, and then the jobs
         # left once nothing is free need no second look.)
         preempts = self.policy.preemptors & self.queued_qos
-        explain = self.policy.explain
+        reserving = self.reserving
 
         def looked_at(j: PendingJob) -> bool:
             # Could start now, or aged (_needs_work(job, False): an aged job may reserve while
@@ -118,41 +130,61 @@ class _Pass:
 
         backlog = _Backlog(self, rest, self.state.queue.by_size if self.state.queue else None,
                            looked_at)
-        waiting = backlog.not_looked_at() if explain else []
         while self.profile.any_free_now() and (job := backlog.next()) is not None:
             self.consider(job, may_reserve=False)
-        if not (explain or preempts or self.sharing):
+        if not (reserving or preempts or self.sharing):
             return  # nothing left could start, reserve or preempt; nobody reads reasons
-        left = backlog.rest()
-        # A sharing job needs no free GPU to start; the others as in _needs_work(job, False),
-        # written out: this runs for most of the queue.
-        needy = [j for j in left
-                 if j.share or j.qos in preempts or (explain and j.submit_time <= aged_before)]
+        # A sharing or GPU-less job needs no free GPU to start; the others as in
+        # _needs_work(job, False).
+        # Once no reservation is left to make, an aged job that needs a GPU could only be given
+        # its reason, which is the one every job left out gets (`behind`): it is left out (with
+        # explain, most of a long queue is aged). The backlog goes on with only these (which it
+        # looked at anyway), in the same order: nothing is re-sorted.
+        full = len(self.result.reservations) >= MAX_RESERVATIONS
+        backlog.narrow(lambda j: j.share or not j.gpus or j.qos in preempts or (
+            reserving and j.submit_time <= aged_before and not full))
         # Nothing is free from here on (else the backlog would have been taken to its end).
-        for *_, job in sorted(self._keyed(needy)):
-            if len(self.result.reservations) >= MAX_RESERVATIONS and job.gpus \
-                    and not (job.share or job.qos in preempts):
-                # No reservation left to make, nothing to start or preempt: consider() would
-                # only give its reason (with explain, most of a long queue is aged).
-                if self._never_fits(job, job.shape):
-                    self.result.reasons[job.id] = NEVER_FITS
-                else:
-                    self._wait(job)
+        # In order while reservations are left to make (ranking only the ties reached)...
+        while len(self.result.reservations) < MAX_RESERVATIONS \
+                and (job := backlog.next()) is not None:
+            self.consider(job, may_reserve=False)
+        # ... then the rest of those that can still do something, in order. A job that needs a
+        # GPU and shares none can now neither start (nothing is free, and sharing or GPU-less
+        # jobs starting frees none) nor reserve: consider() would give it `behind`'s reason and
+        # file it as blocked for _preempt, which is all done here.
+        rest = [j for j in backlog.left() if j.share or not j.gpus] \
+            if self.sharing or self.gpuless else []
+        if not rest:
+            # Only preemptors' jobs that need a GPU are left (most passes): they just wait, in
+            # order, for _preempt, which looks at up to MAX_PREEMPTORS of thousands; so they are
+            # taken as it asks for them (`tail`), ranking only the ties it reaches.
+            backlog.narrow(lambda j: j.qos in preempts)
+            self.tail = backlog
+            return
+        left = backlog.rest()
+        rest += [j for j in left if j.gpus and not j.share and j.qos in preempts]
+        for *_, job in sorted(self._keyed(rest)):
+            if job.gpus and not job.share:
+                if not self._never_fits(job, job.shape):
+                    self.blocked.append(job)
                 continue
             self.consider(job, may_reserve=False)
-        if not explain:
-            return  # the rest only get their reason, and without explain nobody reads it
-        looked_at = {job.id for job in needy}
-        waiting += [job for job in left if job.id not in looked_at]
-        # The rest wait: they are not first (self.blocked holds the reserved job), so Priority,
-        # unless no node could ever hold them.
-        by_shape = {job.shape: job for job in waiting}
-        never = {shape for shape, job in by_shape.items() if self._never_fits(job, shape)}
-        if never:
-            self.result.reasons.update((j.id, NEVER_FITS) for j in waiting if j.shape in never)
-            waiting = [job for job in waiting if job.shape not in never]
-        self.blocked.extend(waiting)
-        self.result.reasons.update(dict.fromkeys((job.id for job in waiting), PRIORITY))
+        # The jobs left out wait: they are not first (self.blocked holds the reserved job), so
+        # Priority, unless no node could ever hold them (`behind`, which Plan.reason asks). None
+        # of them may preempt, so _preempt need not see them.
+
+    def waiting_preemptors(self) -> Iterator[PendingJob]:
+        """The blocked jobs of QOS that may preempt, in order (`blocked`, then `tail`)."""
+        preemptors = self.policy.preemptors
+        yield from [j for j in self.blocked if j.qos in preemptors]
+        if self.tail is not None:
+            while (job := self.tail.next()) is not None:
+                if not self._never_fits(job, job.shape):
+                    yield job
+
+    def behind(self, job: PendingJob) -> str:
+        """The reason of a job the pass left out, behind the blocked ones: see Plan.reason."""
+        return NEVER_FITS if self._never_fits(job, job.shape) else PRIORITY
 
     def _keyed(self, jobs: list[PendingJob]) -> list[tuple[object, ...]]:
         """Sort keys of the backfill order, each ending with its job (ids are unique, so a
@@ -180,13 +212,20 @@ class _Pass:
                                             if placement.could_ever_fit(gpus, job)) < job.nodes
         return never
 
+    @property
+    def reserving(self) -> bool:
+        """Whether reservations are made although no GPU is free: to show them (explain), or
+        because a GPU-less job can still start and must keep off the nodes they reserve (so
+        gq sim places it where gqd would)."""
+        return self.policy.explain or self.gpuless
+
     def _aged(self, job: PendingJob) -> bool:
         return self.now - job.submit_time >= self.policy.reserve_age_s
 
     def _needs_work(self, job: PendingJob, may_reserve: bool) -> bool:
         """Whether a job must be looked at although no GPU is free: to reserve it for display,
         or because it may preempt."""
-        return (self.policy.explain and (may_reserve or self._aged(job))) \
+        return (self.reserving and (may_reserve or self._aged(job))) \
             or job.qos in self.policy.preemptors
 
 
@@ -213,7 +252,7 @@ class _Backlog:
             tier = run.policy.qos_priority
             self.keys = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest if looked_at(j)]
             heapq.heapify(self.keys)
-            self.sorted, self.rest_given = False, rest
+            self.sorted = False
 
     def next(self) -> PendingJob | None:
         if self.ties:
@@ -241,13 +280,22 @@ class _Backlog:
             left = [k[-1] for k in self.keys]
         return [*self.ties, *left]
 
-    def not_looked_at(self) -> list[PendingJob]:
-        """The jobs behind the reserved ones that are not looked at (call before next())."""
+    def narrow(self, looked_at: Callable[[PendingJob], bool]) -> None:
+        """From now on look only at the jobs `looked_at` too: a test that implies the one
+        before (those it drops were never looked at). The order of the rest stays."""
+        self.looked_at = looked_at
+        self.ties = [j for j in self.ties if looked_at(j)]
+        if not self.sorted:
+            self.keys = [k for k in self.keys if looked_at(k[-1])]
+            heapq.heapify(self.keys)
+
+    def left(self) -> list[PendingJob]:
+        """The jobs not taken yet, in no particular order, and, walking the caller's keys, also
+        those not looked at: for a caller that filters them with a test implying `looked_at`
+        (one call a job less)."""
         if self.sorted:
-            return [k[-1] for k in self.keys
-                    if k[2] not in self.skip and not self.looked_at(k[-1])]
-        looked = {key[2] for key in self.keys}
-        return [job for job in self.rest_given if job.id not in looked]
+            return [*self.ties, *(k[-1] for k in self.keys[self.at:] if k[2] not in self.skip)]
+        return self.rest()
 
     def _peek(self) -> SizeKey | None:
         keys = self.keys
@@ -287,10 +335,10 @@ class _FitsNow(dict[Shape, bool]):
 
 def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     run = _Pass(state, now, policy)
-    if policy.explain:  # every job's priority is shown; otherwise only those that decide something
-        run.rank(list(state.pending))
+    if policy.explain:
+        run.result.behind = run.behind
     ranked = Ranking(state.pending, now, policy, run.rank, state.queue)
-    run.queued_qos, run.sharing = ranked.qos, ranked.sharing
+    run.queued_qos, run.sharing, run.gpuless = ranked.qos, ranked.sharing, ranked.gpuless
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
     rest: list[PendingJob] | None = []
@@ -320,8 +368,7 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
     victims: Victims | None = None  # built on first need: most passes have no preemptor
     tried = 0
     hopeless: set[tuple[object, ...]] = set()  # (shape, QOS) that found no victims this pass
-    preemptors = policy.preemptors
-    for job in [j for j in run.blocked if j.qos in preemptors]:
+    for job in run.waiting_preemptors():
         victim_qos = policy.preempts.get(job.qos, ())
         pool = policy.pools.get(job.qos, frozenset())
         if not (victim_qos or pool) or result.reasons.get(job.id) == NEVER_FITS:
@@ -336,7 +383,7 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
         if tried > MAX_PREEMPTORS:
             return
         if victims is None:
-            victims = Victims(state, now, policy)
+            victims = Victims(state, now, policy, result.starts)
         chosen = victims.choose(job, set(victim_qos), pool,
                                 (lambda name: profile.pool_rank(name, job) is not None)
                                 if policy.pools else None)  # (without pools every node is usable)

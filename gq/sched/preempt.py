@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+from collections.abc import Callable, Iterable
 
 from gq.model import Gpu
 from gq.sched.placement import gpu_fits
-from gq.sched.types import PendingJob, Policy, RunningJob, Snapshot
+from gq.sched.types import PendingJob, Policy, RunningJob, Snapshot, Start
 
 #: Most blocked jobs one pass tries to preempt for (highest priority first).
 MAX_PREEMPTORS = 32
@@ -18,15 +19,25 @@ class Victims:
     Cost is GPU-seconds run (lost unless checkpointed); ties go to the most recently started.
     """
 
-    def __init__(self, state: Snapshot, now: float, policy: Policy):
+    def __init__(self, state: Snapshot, now: float, policy: Policy, starts: Iterable[Start] = ()):
         self.nodes = {n.name: n for n in state.nodes if n.schedulable}
+        #: Node -> its GPUs free now: the snapshot's, less those of the jobs this pass starts
+        #: (a victim's GPUs are worth only what they add to those).
+        self.free: dict[str, frozenset[int]] = {n: v.free for n, v in self.nodes.items()}
+        for start in starts:
+            for name, gpus in start.alloc.items():
+                if name in self.free:
+                    self.free[name] = self.free[name].difference(gpus)
         self.gpus = {n.name: {g.index: g for g in n.gpus} for n in self.nodes.values()}
         self.by_node: dict[str, list[tuple[float, float, RunningJob]]] = {}
+        #: Victim id -> its nodes.
+        self.nodes_of: dict[int, tuple[str, ...]] = {}
         for run in state.running:
             # A sharing job is no victim: stopping one sharer frees no GPU while others stay.
             if run.ending or run.share_mem or now - run.start_time < policy.preempt_exempt_s:
                 continue
             cost = sum(len(g) for g in run.alloc.values()) * max(0.0, now - run.start_time)
+            self.nodes_of[run.id] = tuple(run.alloc)
             for name in run.alloc:
                 self.by_node.setdefault(name, []).append((cost, -run.start_time, run))
         for runs in self.by_node.values():
@@ -37,6 +48,11 @@ class Victims:
         self._free: dict[tuple[object, ...], int] = {}
         self._roomy_nodes: dict[tuple[object, ...], list[str]] = {}
         self._candidates: dict[tuple[object, ...], dict[str, list[tuple[float, RunningJob]]]] = {}
+        # Per kind of request (its QOS, victims, pool and GPUs): node -> its option, None if it
+        # has none. A node's option changes only when a victim on it is taken, so each choose()
+        # of the pass works out only those (most blocked jobs are of a few shapes).
+        self._options: dict[tuple[object, ...], dict[str, tuple[float, str, list[int]] | None]] \
+            = {}
 
     def choose(self, job: PendingJob, victim_qos: set[str], pool: frozenset[str] = frozenset(),
                usable: Callable[[str], bool] | None = None) -> list[int]:
@@ -45,34 +61,48 @@ class Victims:
         borrowed them. Only nodes `usable` by the job are looked at."""
         options: list[tuple[float, str, list[int]]] = []
         candidates = self._victims_of(job.qos, victim_qos, pool)
+        # (`usable` depends on the job's QOS only, and the pass's fixed state.)
+        kept = self._options.setdefault(
+            (job.qos, frozenset(victim_qos), pool, job.gpu_type, job.gpu_mem, job.gpus), {})
         # Only nodes with victims, or with enough free GPUs (an option that costs nothing).
         for name in {**candidates, **dict.fromkeys(self._roomy(job))}:
-            if usable is not None and not usable(name):
-                continue
-            free = self._free_matching(name, job)
-            runs = candidates.get(name, ())
-            gpus = self.gpus[name]
-            chosen: list[int] = []
-            cost = 0.0
-            for run_cost, run in runs:
-                if free >= job.gpus:
-                    break
-                if run.id in self.taken:
-                    continue
-                gained = sum(1 for g in run.alloc[name] if _matches(gpus, job, g))
-                if gained:
-                    chosen.append(run.id)
-                    cost += run_cost
-                    free += gained
-            if free >= job.gpus:
-                options.append((cost, name, chosen))
+            if name in kept:
+                option = kept[name]
+            else:
+                option = kept[name] = None if usable is not None and not usable(name) \
+                    else self._option(name, job, candidates.get(name, ()))
+            if option is not None:
+                options.append(option)
         if len(options) < job.nodes:
             return []
-        options.sort()
         # A victim spanning nodes is counted once; a gang victim frees all of its nodes anyway.
-        victims = list(dict.fromkeys(v for _, _, chosen in options[:job.nodes] for v in chosen))
+        victims = list(dict.fromkeys(v for _, _, chosen in heapq.nsmallest(job.nodes, options)
+                                     for v in chosen))
         self.taken.update(victims)
+        for name in {name for v in victims for name in self.nodes_of[v]}:
+            for found in self._options.values():
+                found.pop(name, None)
         return victims
+
+    def _option(self, name: str, job: PendingJob, runs: Iterable[tuple[float, RunningJob]]
+                ) -> tuple[float, str, list[int]] | None:
+        """The cheapest victims on node `name` that, with its free GPUs, make room for one rank
+        of `job`: (their cost, the node, their ids), or None when even all would not."""
+        free = self._free_matching(name, job)
+        gpus = self.gpus[name]
+        chosen: list[int] = []
+        cost = 0.0
+        for run_cost, run in runs:
+            if free >= job.gpus:
+                break
+            if run.id in self.taken:
+                continue
+            gained = sum(1 for g in run.alloc[name] if _matches(gpus, job, g))
+            if gained:
+                chosen.append(run.id)
+                cost += run_cost
+                free += gained
+        return (cost, name, chosen) if free >= job.gpus else None
 
     def _roomy(self, job: PendingJob) -> list[str]:
         """Nodes with enough free GPUs matching the job for one rank, victims or not."""
@@ -88,7 +118,7 @@ class Victims:
         free = self._free.get(key)
         if free is None:
             gpus = self.gpus[name]
-            free = self._free[key] = sum(1 for g in self.nodes[name].free if _matches(gpus, job, g))
+            free = self._free[key] = sum(1 for g in self.free[name] if _matches(gpus, job, g))
         return free
 
     def _victims_of(self, qos: str, victim_qos: set[str],

@@ -63,6 +63,17 @@ def priorities(jobs: Sequence[PendingJob], now: float, policy: Policy,
     return _fast_priorities(jobs, now, policy)
 
 
+def priority_of(now: float, policy: Policy, usage: Mapping[str, float] | None = None
+                ) -> Callable[[PendingJob], int]:
+    """`priority` at `now` as a function of the job, with what all jobs share worked out once
+    (for listings that show many jobs' priorities)."""
+    usage = usage or {}
+    total, users = sum(usage.values()), len(usage)
+    if policy.weight_fairshare and total > 0:
+        return lambda job: sum(factors(job, now, policy, usage, total, users).values())
+    return _fast_priority(now, policy)
+
+
 def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
           usage: Mapping[str, float] | None = None) -> list[tuple[int, PendingJob]]:
     """Jobs with their priority, in the order a pass considers them (module docstring)."""
@@ -81,6 +92,7 @@ def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
 _by_age = attrgetter("submit_time", "id")
 _qos = attrgetter("qos")
 _share = attrgetter("share")
+_gpus = attrgetter("gpus")
 
 
 class Ranking:
@@ -103,11 +115,13 @@ class Ranking:
         #: when reached; until then a function that lists them).
         self.parts: list[list[PendingJob] | Callable[[], list[PendingJob]]] = []
         if index is not None:
-            #: The QOS of the jobs, and whether any of them shares GPUs.
+            #: The QOS of the jobs, and whether any of them shares GPUs, or needs none.
             self.qos, self.sharing = set(index.qos), index.sharing > 0
+            self.gpuless = index.gpuless > 0
             self._split(index.by_age, aged_before)
         else:
             self.qos, self.sharing = set(map(_qos, jobs)), any(map(_share, jobs))
+            self.gpuless = not all(map(_gpus, jobs))
             tier = policy.qos_priority
             tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
             for t in tiers:
@@ -165,14 +179,21 @@ def _jobs_of(keys: list[AgeKey], lo: int, hi: int) -> list[PendingJob]:
 
 def _fast_priorities(jobs: Sequence[PendingJob], now: float, policy: Policy) -> list[int]:
     """`priority` of every job when fair share contributes its full weight to everyone (no usage
-    yet): the same sum, computed in one loop with the policy's figures in locals."""
+    yet): the same sum, with the policy's figures worked out once."""
+    return list(map(_fast_priority(now, policy), jobs))
+
+
+def _fast_priority(now: float, policy: Policy) -> Callable[[PendingJob], int]:
     qos_points = {q: p * policy.weight_qos for q, p in policy.qos_priority.items()}
     max_age, w_age, w_ratio = policy.max_age_s, policy.weight_age, policy.weight_ratio
     fair, log2 = policy.weight_fairshare, math.log2
-    # Per job: the age factor grows linearly to 1 at max_age, the ratio is log2 of
-    # (wait + limit) / limit. Written out (not a call per job): it runs for every queued job.
-    return [qos_points.get(j.qos, 0) + fair + j.nice
-            + (int((w / max_age if w < max_age else 1.0) * w_age) if max_age else 0)
-            + int(log2((w + (j.time_limit_s or UNLIMITED_AS_S)) / (j.time_limit_s or UNLIMITED_AS_S))
-                  * w_ratio)
-            for j in jobs for w in (max(now - j.submit_time, 0.0),)]
+
+    def prio(j: PendingJob) -> int:
+        # The age factor grows linearly to 1 at max_age, the ratio is log2 of
+        # (wait + limit) / limit. Written out (not `factors`): it runs for every queued job.
+        w = max(now - j.submit_time, 0.0)
+        limit = j.time_limit_s or UNLIMITED_AS_S
+        return (qos_points.get(j.qos, 0) + fair + j.nice
+                + (int((w / max_age if w < max_age else 1.0) * w_age) if max_age else 0)
+                + int(log2((w + limit) / limit) * w_ratio))
+    return prio

@@ -1,7 +1,8 @@
 """The pending jobs in the orders a pass takes them, kept up to date as jobs come and go.
 
-A caller that sees every job enter and leave the queue (the simulator; gqd could too) keeps a
-`QueueIndex` and hands it to plan() with the snapshot (`Snapshot.queue`). A pass then orders
+A caller that sees every job enter and leave the queue (the simulator) keeps a `QueueIndex`
+and hands it to plan() with the snapshot (`Snapshot.queue`); gqd, which learns its eligible jobs
+anew each pass, brings its own up to date with `sync`. A pass then orders
 nothing: it takes aged jobs oldest first straight from `by_age`, ranks a tier's younger jobs only
 if it gets to them, and backfill walks `by_size` only as far as it starts jobs. Without one, the
 pass sorts what it needs itself; the plans are the same (tests/test_sched_backfill.py).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
+from collections.abc import Iterable
 
 from gq.sched.types import PendingJob, Policy
 
@@ -39,8 +41,9 @@ class QueueIndex:
         self.by_age: list[AgeKey] = []
         #: QOS -> pending jobs of it.
         self.qos: Counter[str] = Counter()
-        #: Pending jobs that share GPUs.
+        #: Pending jobs that share GPUs, and that need none.
         self.sharing = 0
+        self.gpuless = 0
         self._jobs: dict[int, PendingJob] = {}
 
     def __len__(self) -> int:
@@ -52,6 +55,33 @@ class QueueIndex:
         insort(self.by_age, age_key(job, self.policy))
         self.qos[job.qos] += 1
         self.sharing += job.share
+        self.gpuless += not job.gpus
+
+    def sync(self, jobs: Iterable[PendingJob]) -> None:
+        """Hold exactly `jobs`: those no longer among them leave, new ones (and new objects of
+        jobs already held, such as a changed spec's) enter. For a caller that learns the
+        queue as a whole each pass (gqd, whose eligible jobs change with time, dependencies and
+        limits): a pass costs a dict lookup per job instead of a sort."""
+        jobs = list(jobs)
+        held = self._jobs
+        new = [job for job in jobs if held.get(job.id) is not job]
+        # Ids are unique: when every job is held as it is and as many are held, none left (the
+        # usual pass, which then builds no set). A job held as another object leaves and enters.
+        gone = held.keys() - {job.id for job in jobs} if new or len(held) != len(jobs) else ()
+        gone = [*gone, *(job.id for job in new if job.id in held)]
+        if len(gone) + len(new) <= len(jobs) // 8 + 16:
+            for job_id in gone:
+                self.remove(job_id)
+            for job in new:
+                self.add(job)
+            return
+        # Many at once (gqd's first pass, a big submit or release): sort them all.
+        self._jobs = want = {job.id: job for job in jobs}
+        self.by_size = sorted([size_key(j, self.policy) for j in want.values()])
+        self.by_age = sorted([age_key(j, self.policy) for j in want.values()])
+        self.qos = Counter(j.qos for j in want.values())
+        self.sharing = sum(j.share for j in want.values())
+        self.gpuless = sum(not j.gpus for j in want.values())
 
     def remove(self, job_id: int) -> PendingJob:
         job = self._jobs.pop(job_id)
@@ -61,4 +91,5 @@ class QueueIndex:
         if not self.qos[job.qos]:
             del self.qos[job.qos]
         self.sharing -= job.share
+        self.gpuless -= not job.gpus
         return job

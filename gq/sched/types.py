@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
@@ -108,8 +109,8 @@ class Snapshot:
     #: Decayed GPU-seconds used per user, for fair share (the caller keeps the decay).
     usage: dict[str, float] = field(default_factory=dict)
     #: Optional: the pending jobs kept in order by a caller that sees them come and go (the
-    #: simulator), so that a pass need not order the queue (gq/sched/queue.py). It must hold
-    #: exactly `pending`, under the same policy.
+    #: simulator; gqd syncs one each pass), so that a pass need not order the queue
+    #: (gq/sched/queue.py). It must hold exactly `pending`, under the same policy.
     queue: QueueIndex | None = None
 
 
@@ -181,8 +182,24 @@ class Preempt:
 @dataclass
 class Plan:
     starts: list[Start] = field(default_factory=list)
-    #: Pending job id -> why it is still pending (Slurm's reason names).
+    #: Pending job id -> why it is still pending (Slurm's reason names), for the jobs the pass
+    #: looked at. `reason` tells every job's.
     reasons: dict[int, str] = field(default_factory=dict)
+    #: Priorities the pass computed (those that decided an order); `gq show` computes them
+    #: when asked (gq.sched.priority), as they depend only on the job, time and usage.
     priorities: dict[int, int] = field(default_factory=dict)
     reservations: dict[int, Reservation] = field(default_factory=dict)
     preemptions: list[Preempt] = field(default_factory=list)
+    #: With `Policy.explain`: the reason of a job the pass left out, which waits behind those
+    #: it looked at (see `reason`); the same for every job of one shape.
+    behind: Callable[[PendingJob], str] | None = field(default=None, compare=False, repr=False)
+
+    def reason(self, job: PendingJob) -> str | None:
+        """Why a pending job of the snapshot that did not start still waits: its entry in
+        `reasons`, else (with explain) Priority, or ReqNodeNotAvail when no node could ever
+        hold it. A long queue behind a full cluster is mostly such jobs; naming each one's
+        reason would cost the pass a look at every job."""
+        found = self.reasons.get(job.id)
+        if found is None and self.behind is not None:
+            found = self.behind(job)
+        return found

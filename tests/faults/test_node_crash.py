@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 
+from gq.node.shepherd import PID_FILE, read_pid
 from tests.conftest import LiveCluster, wait_for
 from tests.faults.conftest import MakeCluster
 
@@ -78,7 +79,8 @@ def test_run_lost_with_the_nodes_state_is_requeued(make_cluster: MakeCluster) ->
     os.kill(live.node_pid("node1"), signal.SIGKILL)
     wait_for(lambda: live.node_pid("node1") is None, "gqnode to die")
     (run_dir,) = (live.layout.node_dir("node1") / "jobs").iterdir()
-    shepherd = int((run_dir / "shepherd.pid").read_text().split()[0])
+    shepherd, _ = read_pid(run_dir, "shepherd", PID_FILE)
+    assert shepherd > 0, "no shepherd pid in the run's record"  # kill(0) would kill us
     os.kill(shepherd, signal.SIGKILL)
     os.kill(int(runs.read_text()), signal.SIGKILL)
     shutil.rmtree(run_dir)

@@ -8,6 +8,7 @@ import signal
 
 import psutil
 
+from gq.node.shepherd import PID_FILE, read_pid
 from tests.conftest import LiveCluster, wait_for
 from tests.faults.conftest import MakeCluster
 
@@ -22,7 +23,9 @@ def _pids(live: LiveCluster, job_id: int) -> list[int]:
 
 def _shepherd(live: LiveCluster, job_id: int) -> int:
     (run_dir,) = (live.layout.node_dir("node1") / "jobs").glob(f"{job_id}.*")
-    return int((run_dir / "shepherd.pid").read_text().split()[0])
+    pid, _ = read_pid(run_dir, "shepherd", PID_FILE)
+    assert pid > 0, "no shepherd pid in the run's record"  # kill(0) would kill us
+    return pid
 
 
 def _gone(pid: int) -> bool:

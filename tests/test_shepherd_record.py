@@ -1,0 +1,73 @@
+"""The run's record: the facts gqnode and the shepherd append to one file, and the files of older
+gqnodes, which a restarted gqnode must still read for runs they started."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gq.node import shepherd
+
+
+def test_facts_are_read_back_by_tag_the_last_line_of_each_winning(tmp_path: Path) -> None:
+    shepherd.record(tmp_path, "shepherd", "101 1700000000.5")
+    shepherd.record(tmp_path, "job", "102 1700000000.75")
+    shepherd.record(tmp_path, "status", '{"state": "FAILED", "exit_code": 3}', durable=True)
+    assert shepherd.read_pid(tmp_path, "shepherd", shepherd.PID_FILE) == (101, 1700000000.5)
+    assert shepherd.read_pid(tmp_path, "job", shepherd.JOB_PID_FILE) == (102, 1700000000.75)
+    assert shepherd.read_status(tmp_path) == {"state": "FAILED", "exit_code": 3}
+    shepherd.record(tmp_path, "status", '{"state": "COMPLETED", "exit_code": 0}')
+    assert shepherd.read_status(tmp_path) == {"state": "COMPLETED", "exit_code": 0}
+    assert not (tmp_path / shepherd.STATUS_FILE).exists()
+
+
+def test_a_line_cut_short_by_a_crash_is_no_fact(tmp_path: Path) -> None:
+    shepherd.record(tmp_path, "shepherd", "101 1700000000.5")
+    with open(tmp_path / shepherd.RECORD_FILE, "a") as f:
+        f.write('status {"state": "COMPL')  # no newline: the write did not finish
+    assert shepherd.read_status(tmp_path) is None
+    assert shepherd.read_pid(tmp_path, "shepherd", shepherd.PID_FILE) == (101, 1700000000.5)
+
+
+def test_the_files_of_an_older_gqnode_are_read_when_there_is_no_record(tmp_path: Path) -> None:
+    (tmp_path / shepherd.PID_FILE).write_text("201 1700000001.0\n")
+    (tmp_path / shepherd.JOB_PID_FILE).write_text("202 1700000002.0\n")
+    (tmp_path / shepherd.STATUS_FILE).write_text('{"state": "COMPLETED", "exit_code": 0}')
+    assert shepherd.read_pid(tmp_path, "shepherd", shepherd.PID_FILE) == (201, 1700000001.0)
+    assert shepherd.read_pid(tmp_path, "job", shepherd.JOB_PID_FILE) == (202, 1700000002.0)
+    assert shepherd.read_status(tmp_path) == {"state": "COMPLETED", "exit_code": 0}
+    assert shepherd.read_pid(tmp_path / "nothing", "shepherd", shepherd.PID_FILE) == (0, 0.0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a file someone else's")
+def test_a_record_put_there_by_the_jobs_owner_is_neither_read_nor_written(tmp_path: Path) -> None:
+    # The run's directory belongs to the job's owner, who must not be able to forge a status or
+    # a job pid (gqnode would kill that pid's session).
+    forged = tmp_path / shepherd.RECORD_FILE
+    forged.write_text('status {"state": "COMPLETED", "exit_code": 0}\njob 1 0.0\n')
+    os.chown(forged, 12345, 12345)
+    assert shepherd.read_status(tmp_path) is None
+    assert shepherd.read_pid(tmp_path, "job", shepherd.JOB_PID_FILE) == (0, 0.0)
+    with pytest.raises(PermissionError):
+        shepherd.record(tmp_path, "shepherd", "1 0.0")
+    forged.unlink()
+    forged.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError):
+        shepherd.record(tmp_path, "shepherd", "1 0.0")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_shepherd_records_its_job_and_status_and_writes_a_log_only_to_say_something(
+        tmp_path: Path) -> None:
+    from tests.test_signal import _finish, _launch
+    run_dir = tmp_path / "1.0"
+    status = _finish(_launch(run_dir, "#!/bin/sh\necho $$ > job.pid.seen\nexit 3\n"), run_dir)
+    assert (status["state"], status["exit_code"]) == ("FAILED", 3)
+    job_pid, _ = shepherd.read_pid(run_dir, "job", shepherd.JOB_PID_FILE)
+    assert job_pid == int((run_dir / "job.pid.seen").read_text())
+    # One file for all the facts, none of the files a fact each; no log with nothing to say.
+    left = {p.name for p in run_dir.iterdir()}
+    assert left == {shepherd.LAUNCH_FILE, shepherd.RECORD_FILE, "script", "out", "ckpt",
+                    "job.pid.seen"}
