@@ -341,3 +341,26 @@ def test_a_pass_over_the_callers_queue_index_decides_the_same(
     assert walked.reservations == alone.reservations
     assert walked.reasons == alone.reasons
     assert [walked.reason(j) for j in state.pending] == [alone.reason(j) for j in state.pending]
+
+
+@settings(max_examples=100, deadline=None)
+@given(states(), st.lists(st.tuples(st.sampled_from([0, 1, 2, 4, 8]), st.sampled_from([1, 1, 2]),
+                                    st.sampled_from([0, 300, 7200]), st.sampled_from([0, 16]),
+                                    st.booleans()), min_size=1, max_size=40))
+def test_kept_fits_place_as_weighing_every_node_again(state: Snapshot, asks) -> None:
+    """Profile keeps each node's fit for a request starting now and redoes only booked nodes:
+    after any run of bookings (now and later), `place` chooses as weighing every node afresh."""
+    from gq.sched.profile import Profile
+    profile = Profile(state.nodes, state.running, NOW)
+    for i, (gpus_, nodes, limit, cpus, later) in enumerate(asks):
+        job = PendingJob(id=i, qos="normal", submit_time=NOW, gpus=gpus_, nodes=nodes,
+                         time_limit_s=limit, cpus=cpus)
+        fresh = sorted(fit for node in profile.nodes.values()
+                       if (fit := profile._fit(node, job, NOW)) is not None)
+        expected = None if len(fresh) < nodes else {
+            name: tuple(g) for *_, name, g in fresh[:nodes]}
+        assert profile.place(job, NOW) == expected
+        if later and (found := profile.earliest(job)) is not None:
+            profile.book(job, found[1], found[0])  # a reservation: later bookings change fits too
+        elif expected is not None:
+            profile.book(job, expected, NOW)

@@ -7,6 +7,7 @@ for 1-GPU jobs, the profile is kept per GPU, so small jobs can be planned around
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ class Profile:
         self._match_cache: dict[tuple[object, ...], list[int]] = {}
         self._open_cache: dict[tuple[object, ...], list[tuple[int, NodeProfile, list[int]]]] = {}
         self._bound_cache: dict[tuple[object, ...], _Bounds] = {}
+        self._fit_cache: dict[tuple[object, ...], _Fits] = {}
         #: Names of the nodes booked in this pass, in order (they invalidate kept bounds).
         self._booked: list[str] = []
         soon = now + 1.0
@@ -234,33 +236,58 @@ class Profile:
 
     def place(self, job: PendingJob, start: float) -> Alloc | None:
         """GPUs for every rank of `job` from `start`, best fit, or None."""
-        now = start <= self.now
-        fits: list[tuple[int, int, int, str, list[int]]] = []
-        for name, node in self.nodes.items():
-            view = node.view
-            if not view.schedulable or (now and not job.share and self.free_now[name] < job.gpus):
-                continue
-            pool_rank = self.pool_rank(name, job)
-            if pool_rank is None:
-                continue
-            if now and (view.cpus_free - node.cpus_started < job.cpus
-                        or view.mem_free - node.mem_started < job.mem):
-                continue
-            gpus = self.candidates(node, job, start) if job.gpus else []
-            if len(gpus) < job.gpus:
-                continue
-            if job.share:
-                fits.append((pool_rank, *self._share_fit(node, job, gpus, start)))
-                continue
-            chosen = self._prefer_unreserved(node, gpus, job.gpus, start)
-            # Best fit: the node with the fewest free GPUs left over, so 1-GPU work packs onto
-            # busy nodes and idle nodes stay whole; name breaks ties so plans are stable.
-            fits.append((pool_rank, self.free_now[name] - job.gpus, _future_load(node, start),
-                         name, chosen))
+        if start == self.now:
+            fits = [fit for fit in self._fits_now(job).values() if fit is not None]
+        else:
+            fits = [fit for node in self.nodes.values()
+                    if (fit := self._fit(node, job, start)) is not None]
         if len(fits) < job.nodes:
             return None
-        fits.sort()
-        return {name: tuple(gpus) for *_, name, gpus in fits[:job.nodes]}
+        # (Node names are unique: a comparison never reaches the GPUs.)
+        best = [min(fits)] if job.nodes == 1 else heapq.nsmallest(job.nodes, fits)
+        return {name: tuple(gpus) for *_, name, gpus in best}
+
+    def _fits_now(self, job: PendingJob) -> dict[str, _Fit | None]:
+        """Every node's fit for a rank of `job` starting now, kept for the pass per request
+        and redone only for the nodes booked since: a pass that starts hundreds of jobs on a
+        big cluster would otherwise weigh every node for every job (~1 s for 256 starts on 256
+        nodes). A fit depends only on the node's bookings and these fields of the job."""
+        key = (job.gpus, job.gpu_type, job.gpu_mem, job.cpus, job.mem, job.time_limit_s, job.qos,
+               job.share)
+        kept = self._fit_cache.get(key)
+        if kept is None:
+            kept = self._fit_cache[key] = _Fits(
+                {name: self._fit(node, job, self.now) for name, node in self.nodes.items()},
+                len(self._booked))
+        elif kept.synced < len(self._booked):
+            for name in set(self._booked[kept.synced:]):
+                kept.fits[name] = self._fit(self.nodes[name], job, self.now)
+            kept.synced = len(self._booked)
+        return kept.fits
+
+    def _fit(self, node: NodeProfile, job: PendingJob, start: float) -> _Fit | None:
+        """How well a rank of `job` fits `node` from `start` (lower is better), with its GPUs;
+        None if it does not."""
+        now = start <= self.now
+        view, name = node.view, node.view.name
+        if not view.schedulable or (now and not job.share and self.free_now[name] < job.gpus):
+            return None
+        pool_rank = self.pool_rank(name, job)
+        if pool_rank is None:
+            return None
+        if now and (view.cpus_free - node.cpus_started < job.cpus
+                    or view.mem_free - node.mem_started < job.mem):
+            return None
+        gpus = self.candidates(node, job, start) if job.gpus else []
+        if len(gpus) < job.gpus:
+            return None
+        if job.share:
+            return (pool_rank, *self._share_fit(node, job, gpus, start))
+        chosen = self._prefer_unreserved(node, gpus, job.gpus, start)
+        # Best fit: the node with the fewest free GPUs left over, so 1-GPU work packs onto
+        # busy nodes and idle nodes stay whole; name breaks ties so plans are stable.
+        return (pool_rank, self.free_now[name] - job.gpus, _future_load(node, start), name,
+                chosen)
 
     def pool_rank(self, name: str, job: PendingJob) -> int | None:
         """Where a node stands for a job: its QOS's own pool first (0), then nodes of no pool
@@ -305,6 +332,20 @@ class Profile:
                 self._free_total -= taken
                 node.cpus_started += job.cpus
                 node.mem_started += job.mem
+
+
+#: A node's fit for a rank of a job: (pool rank, free GPUs left, later bookings, node name,
+#: the GPUs), as Profile.place orders them.
+_Fit = tuple[int, int, int, str, list[int]]
+
+
+@dataclass
+class _Fits:
+    """Every node's fit for one kind of request starting now, as `Profile._fits_now` keeps
+    them: `synced` is how much of Profile._booked they reflect."""
+
+    fits: dict[str, _Fit | None]
+    synced: int
 
 
 class _Bounds:
