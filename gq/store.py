@@ -203,7 +203,7 @@ class Store:
                               (_job_row(j, b"", j.id) for j in jobs[1:]))
 
     # A submit too big for one loop turn is inserted over several transactions (gq/head/
-    # intake.py). Its rows are "staged" until the transaction that clears the meta key
+    # submits.py). Its rows are "staged" until the transaction that clears the meta key
     # `staged_from` (the first staged id) commits: readers skip them, and opening the store
     # drops them. So a crash leaves all of such a submit or none of it.
 
