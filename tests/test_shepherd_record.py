@@ -71,3 +71,35 @@ def test_a_shepherd_records_its_job_and_status_and_writes_a_log_only_to_say_some
     left = {p.name for p in run_dir.iterdir()}
     assert left == {shepherd.LAUNCH_FILE, shepherd.RECORD_FILE, "script", "out", "ckpt",
                     "job.pid.seen"}
+
+
+def test_a_job_its_shepherd_never_recorded_is_found_by_its_environment(tmp_path: Path) -> None:
+    """The shepherd killed between starting the job and recording its pid: gqnode still finds
+    the job's session (by GQ_JOB_ID, GQ_RESTART_COUNT and GQ_NODE_RANK) and kills it, and only
+    it: the same job's other run and another rank are left alone."""
+    import subprocess
+
+    import msgpack
+
+    from tests.conftest import wait_for
+
+    (tmp_path / shepherd.LAUNCH_FILE).write_bytes(
+        msgpack.packb({"job_id": 4242, "restart": 1, "rank": 0}, use_bin_type=True))
+    shepherd.record(tmp_path, "shepherd", "101 1700000000.5")  # and no job line
+
+    def start(restart: int, rank: int) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "GQ_JOB_ID": "4242", "GQ_RESTART_COUNT": str(restart),
+               "GQ_NODE_RANK": str(rank)}
+        return subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+
+    job, other_run, other_rank = start(1, 0), start(0, 0), start(1, 1)
+    try:
+        # Popen returns once sleep is exec'd: its environment is in /proc from then on.
+        assert shepherd.kill_orphaned_job(tmp_path)
+        wait_for(lambda: job.poll() is not None, "the job to be killed")
+        assert other_run.poll() is None and other_rank.poll() is None
+    finally:
+        for proc in (job, other_run, other_rank):
+            proc.kill()
+            proc.wait()
+    assert not shepherd.kill_orphaned_job(tmp_path)  # nothing left of it

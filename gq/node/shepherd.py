@@ -489,7 +489,12 @@ def kill_orphaned_job(run_dir: Path) -> bool:
     import psutil
     pid, started = read_pid(run_dir, "job", JOB_PID_FILE)
     if pid <= 0:
-        return False
+        # Killed between starting the job and recording its pid (a window of microseconds):
+        # the job's first process is known by the environment it was started with.
+        pid = _job_by_environment(run_dir)
+        if pid > 0:
+            _kill_session(pid)
+        return pid > 0
     try:
         if abs(psutil.Process(pid).create_time() - started) >= 1.0:
             return False  # that pid is another process now, which may lead a session of its own
@@ -499,6 +504,28 @@ def kill_orphaned_job(run_dir: Path) -> bool:
         return False
     _kill_session(pid)
     return True
+
+
+def _job_by_environment(run_dir: Path) -> int:
+    """The pid of the session leader started with this run's GQ_JOB_ID, GQ_RESTART_COUNT and
+    GQ_NODE_RANK (unique on a host, also with several gqnode identities on it), else 0. Reads
+    every process's environment: only for a shepherd that died before recording its job."""
+    try:
+        launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
+        marks = [f"\0{key}={launch[field]}\0".encode() for key, field in (
+            ("GQ_JOB_ID", "job_id"), ("GQ_RESTART_COUNT", "restart"), ("GQ_NODE_RANK", "rank"))]
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except (OSError, ValueError, KeyError, TypeError):  # msgpack.UnpackException is a ValueError
+        return 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getsid(pid) != pid:
+                continue  # the job's first process leads its own session
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environment = b"\0" + f.read()  # NUL-separated, ending with one
+            if all(mark in environment for mark in marks):
+                return pid
+    return 0
 
 
 def _kill_session(sid: int) -> None:
