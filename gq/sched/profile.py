@@ -188,12 +188,18 @@ class Profile:
                 kept.put(name, self._bound(kept, name, job), in_order=False)
             kept.entries.sort()
             return kept.entries
-        for name in dict.fromkeys(self._booked[kept.synced:]):
+        for name in self._booked_since(kept):
             if name in kept.nodes:
                 kept.remove(name)
                 kept.put(name, self._bound(kept, name, job))
-        kept.synced = len(self._booked)
         return kept.entries
+
+    def _booked_since(self, kept: _Bounds | _Fits) -> list[str]:
+        """The nodes booked since `kept` was last brought up to date (each once, in order of
+        first booking), which it is now to redo."""
+        names = list(dict.fromkeys(self._booked[kept.synced:]))
+        kept.synced = len(self._booked)
+        return names
 
     def _bound(self, kept: _Bounds, name: str, job: PendingJob) -> float:
         _, node, matching = kept.nodes[name]
@@ -259,10 +265,9 @@ class Profile:
             kept = self._fit_cache[key] = _Fits(
                 {name: self._fit(node, job, self.now) for name, node in self.nodes.items()},
                 len(self._booked))
-        elif kept.synced < len(self._booked):
-            for name in set(self._booked[kept.synced:]):
+        else:
+            for name in self._booked_since(kept):
                 kept.fits[name] = self._fit(self.nodes[name], job, self.now)
-            kept.synced = len(self._booked)
         return kept.fits
 
     def _fit(self, node: NodeProfile, job: PendingJob, start: float) -> _Fit | None:
