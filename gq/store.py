@@ -169,7 +169,7 @@ class Store:
 
     def insert_job(self, job: Job) -> int:
         """Insert `job` (its id is ignored) inside the caller's transaction; returns the new id."""
-        blob = msgpack.packb(job.spec.to_dict(), use_bin_type=True)
+        blob = spec_blob(job.spec)
         cur = self.conn.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
                                 _job_row(job, blob, None))
         return int(cur.lastrowid)
@@ -183,13 +183,13 @@ class Store:
         # AUTOINCREMENT ids only grow and gqd is the only writer: the ones after `first` are free.
         self.conn.executemany(
             f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
-            (_job_row(j, msgpack.packb(j.spec.to_dict(), use_bin_type=True), j.id)
+            (_job_row(j, spec_blob(j.spec), j.id)
              for j in jobs[1:]))
 
     def insert_array(self, jobs: list[Job]) -> None:
         """Insert the tasks of one array, which share one spec, inside the caller's transaction:
         the first gets a new id and the array's id; the others the ids after it."""
-        blob = msgpack.packb(jobs[0].spec.to_dict(), use_bin_type=True)
+        blob = spec_blob(jobs[0].spec)
         first = jobs[0].id = self.conn.execute(
             f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
             _job_row(jobs[0], blob, None)).lastrowid
@@ -372,6 +372,11 @@ def _write_failure(path: Path, exc: sqlite3.Error) -> str:
 def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
     return {"index": gpu.index, "type": gpu.type, "memory": gpu.memory, "uuid": gpu.uuid,
             "name": gpu.name}
+
+
+def spec_blob(spec: JobSpec) -> bytes:
+    """A job's spec as its row stores it (the `spec` column; read back by `_job`)."""
+    return msgpack.packb(spec.to_dict(), use_bin_type=True)
 
 
 def _job_row(job: Job, blob: bytes, job_id: int | None) -> tuple[Any, ...]:

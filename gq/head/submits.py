@@ -22,13 +22,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import msgpack
-
 from gq import protocol
 from gq.arrays import parse_array
 from gq.errors import GqError, StoreError, UsageError
 from gq.head import gate, limits
 from gq.model import Job, JobSpec
+from gq.store import spec_blob
 
 if TYPE_CHECKING:
     from gq.head.core import Head
@@ -218,7 +217,7 @@ class Submits:
             hold = "user" if spec.hold else ""
             # A held job's reason is known now: the pass after need not write it.
             reason = gate.held_reason(hold) if hold else "None"
-            blob = msgpack.packb(spec.to_dict(), use_bin_type=True)
+            blob = spec_blob(spec)
             sub.ids.append(next_id)
             first = next_id
             indices = parse_array(spec.array).indices if spec.array else (None,)
