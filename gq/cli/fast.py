@@ -13,7 +13,6 @@ tables to typer's declarations and the parser to click's reading.
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import sys
@@ -53,15 +52,7 @@ def run(argv: list[str]) -> int | None:
     command = _COMMANDS.get(argv[0])
     if command is None:
         return None
-    try:
-        return command(argv[1:])
-    except OSError as exc:
-        if exc.errno != errno.EPIPE:
-            raise
-        # `gq queue | head`: as typer ends it, exit status 1 and nothing more (stdout is sent
-        # to /dev/null so that the interpreter's last flush cannot complain either).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    return command(argv[1:])  # its errors (a closed pipe too) are main's to end it with
 
 
 def parse(options: Options, argv: list[str], interspersed: bool) -> Parse | None:
