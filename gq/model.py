@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq import spec as spec_fields
 from gq.defaults import DEFAULT_OUTPUT, SIGNAL_LEAD_S
 from gq.errors import UsageError
+from gq.spec import complete as complete_spec
 # Durations, times, sizes and `--signal` are parsed in gq.units (which the CLI loads without
 # this module's dataclasses); the rest of gq finds them here too.
 from gq.units import (format_duration, format_size, parse_duration, parse_iso_time,  # noqa: F401
@@ -192,7 +192,7 @@ class JobSpec:
         take their defaults). Not through __init__: a frozen dataclass's sets each field with
         object.__setattr__, which doubled the cost of each spec gqd reads from its store."""
         spec = object.__new__(cls)
-        spec.__dict__.update(spec_fields.complete(data))
+        spec.__dict__.update(complete_spec(data))
         return spec
 
     def to_dict(self) -> dict[str, Any]:

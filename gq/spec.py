@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 
-from gq import defaults
+from gq.defaults import MAX_GPUS_PER_NODE, MAX_NODES_PER_JOB, MAX_RETRIES, MAX_TIME_LIMIT_S
 from gq.errors import UsageError
 from gq.units import parse_duration, parse_size, parse_time, signal_parts, signal_text
 
@@ -111,19 +111,19 @@ FIELDS: tuple[Field, ...] = (
     Field("gid", (int,), -1, bounds=(-1, _ID), context=True),
     Field("cwd", (str,), "/", canon=_absolute, context=True),
     Field("env", (dict,), {}, context=True),
-    Field("nodes", (int,), 1, bounds=(1, defaults.MAX_NODES_PER_JOB)),
-    Field("gpus", (int,), 1, bounds=(0, defaults.MAX_GPUS_PER_NODE)),
+    Field("nodes", (int,), 1, bounds=(1, MAX_NODES_PER_JOB)),
+    Field("gpus", (int,), 1, bounds=(0, MAX_GPUS_PER_NODE)),
     Field("gpu_type", (str, NONE), None, canon=str.lower),
     Field("gpu_mem", (int, NONE), None, bounds=(0, _I64), unit="bytes"),
     Field("cpus", (int,), 0, bounds=(0, 2**31)),
     Field("mem", (int,), 0, bounds=(0, _I64), unit="bytes"),
-    Field("time_limit_s", (int, NONE), None, bounds=(0, defaults.MAX_TIME_LIMIT_S),
+    Field("time_limit_s", (int, NONE), None, bounds=(0, MAX_TIME_LIMIT_S),
           unit="seconds", filled=True),
     Field("qos", (str, NONE), None, filled=True),
     Field("output", (str, NONE), None),
     Field("error", (str, NONE), None),
     Field("requeue", (bool,), True),
-    Field("retries", (int, NONE), None, bounds=(0, defaults.MAX_RETRIES), filled=True),
+    Field("retries", (int, NONE), None, bounds=(0, MAX_RETRIES), filled=True),
     Field("signal", (str, NONE), None, canon=_signal),
     Field("hold", (bool,), False),
     Field("begin_time", (int, float, NONE), None),
