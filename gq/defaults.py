@@ -35,6 +35,11 @@ SIGNAL_LEAD_S = 60
 MAX_SIGNAL_LEAD_S = 65535
 #: Time limit of a job that names none and whose QOS has no default, in seconds.
 DEFAULT_TIME_LIMIT_S = 24 * 3600
+#: Most nodes one job may ask for (`-N`), and most GPUs per node (`-g`).
+MAX_NODES_PER_JOB = 64
+MAX_GPUS_PER_NODE = 64
+#: Longest time limit a job may name (`-t`), in seconds: ten years.
+MAX_TIME_LIMIT_S = 10 * 365 * 86400
 #: Most tasks one `--array` may have, and its highest index.
 MAX_ARRAY_TASKS = 100_000
 MAX_ARRAY_INDEX = 9_999_999

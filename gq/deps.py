@@ -40,10 +40,6 @@ class Dependency:
     def parents(self) -> set[int]:
         return {i for _, ids in self.conditions for i in ids}
 
-    @property
-    def singleton(self) -> bool:
-        return any(kind == SINGLETON for kind, _ in self.conditions)
-
     def __str__(self) -> str:
         """The canonical form, which the spec stores: `afterok:1:2,singleton`."""
         parts = [kind + "".join(f":{i}" for i in ids) for kind, ids in self.conditions]

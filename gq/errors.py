@@ -1,20 +1,31 @@
-"""The one error hierarchy of gq; the CLI maps each class to an exit status in one place."""
+"""The one error hierarchy of gq, and the one mapping of errors to exit statuses (`exit_status`),
+which every entry point uses: `gq` (gq/cli/main.py, for the fast path and typer alike), gqd and
+gqnode."""
 
 from __future__ import annotations
 
 import enum
+import errno
 
 
 class ExitStatus(enum.IntEnum):
-    """Exit codes of the `gq` CLI (the DESIGN's contract)."""
+    """Exit statuses of `gq` (the DESIGN's contract, gq(1) EXIT STATUS), gqd and gqnode."""
 
     OK = 0
     #: The head refused the request; the reason is on stderr.
     REFUSED = 1
-    #: Bad flags or values on the command line.
+    #: Standard output was closed before all of it was written (`gq queue | head -1`): the
+    #: command stops, silently, with 1, as cat, ls and most Unix tools do when SIGPIPE is
+    #: ignored (Python ignores it), from every command on the fast path and typer's alike.
+    BROKEN_PIPE = 1
+    #: gqd or gqnode could not start; the reason is logged (gqd(8), gqnode(8)).
+    START_FAILED = 1
+    #: Bad flags or values on the command line, or a bad configuration file.
     USAGE = 2
     #: The head cannot be reached.
     UNREACHABLE = 3
+    #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
+    INTERRUPTED = 130
 
 
 class GqError(Exception):
@@ -75,3 +86,15 @@ class ConfigError(GqError):
 #: Error replies carry `code`; the client turns them back into these classes.
 ERRORS_BY_CODE = {cls.code: cls for cls in (GqError, UsageError, RefusedError, NotFoundError,
                                              PermissionDenied, StoreError, ProtocolError)}
+
+
+def exit_status(exc: BaseException) -> ExitStatus | None:
+    """The exit status a command ends with when `exc` stops it; None for an exception that is
+    no error of gq's to report (a bug: its traceback is shown)."""
+    if isinstance(exc, GqError):
+        return exc.exit_status
+    if isinstance(exc, KeyboardInterrupt):
+        return ExitStatus.INTERRUPTED
+    if isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
+        return ExitStatus.BROKEN_PIPE
+    return None

@@ -1,7 +1,7 @@
 """Value types of gq (jobs, nodes, GPUs, states) and the parsing of GPU specs (durations, sizes,
 times and signals: gq.units).
 
-Pure: no I/O, no imports from the rest of the package but errors, defaults and units.
+Pure: no I/O, no imports from the rest of the package but errors, defaults, units and spec.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from gq.defaults import DEFAULT_OUTPUT, SIGNAL_LEAD_S
 from gq.errors import UsageError
+from gq.spec import complete as complete_spec
 # Durations, times, sizes and `--signal` are parsed in gq.units (which the CLI loads without
 # this module's dataclasses); the rest of gq finds them here too.
 from gq.units import (format_duration, format_size, parse_duration, parse_iso_time,  # noqa: F401
@@ -137,9 +138,12 @@ def parse_signal(text: str) -> JobSignal:
 # ---------------------------------------------------------------- jobs
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobSpec:
-    """What a user asked for at submit; immutable once accepted (but for admin updates)."""
+    """What a user asked for at submit, its fields as gq/spec.py declares them
+    (tests/test_spec.py holds the two to each other). Frozen: a change (`gq update`, the
+    defaults gqd fills in) makes a new one (dataclasses.replace), and gqd's caches of what it
+    made from a spec tell a change by identity (`is`)."""
 
     script: str
     name: str = "job"
@@ -184,7 +188,12 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
-        return cls(**{k: data[k] for k in _SPEC_FIELDS if k in data})
+        """The spec of a wire or stored form (keys naming no field are ignored, missing ones
+        take their defaults). Not through __init__: a frozen dataclass's sets each field with
+        object.__setattr__, which doubled the cost of each spec gqd reads from its store."""
+        spec = object.__new__(cls)
+        spec.__dict__.update(complete_spec(data))
+        return spec
 
     def to_dict(self) -> dict[str, Any]:
         # Not dataclasses.asdict: its deep copy, field by field, was most of a bulk submit's
@@ -223,10 +232,6 @@ class Job:
     holds_alloc: bool = False
     #: How many of its requeues were for a node fault (counted against `spec.retries`).
     node_fail_count: int = 0
-
-    @property
-    def node_list(self) -> list[str]:
-        return list(self.alloc)
 
     def to_json(self, fields: Iterable[str] | None = None) -> dict[str, Any]:
         """The documented `--json` object (DESIGN: the CLI contract), or only `fields` of it

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgpack
 
+from gq import spec as spec_fields
 from gq.defaults import MAX_MESSAGE_BYTES, PROTOCOL_VERSION
 from gq.errors import ProtocolError
 
@@ -88,17 +89,9 @@ RANGES: dict[str, tuple[int, int]] = {
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
 _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
 
-SPEC_SCHEMA: Schema = {
-    "script": (_STR, True), "name": (_STR, False), "args": (_LIST, False),
-    "user": (_STR, False), "uid": (_INT, False), "gid": (_INT, False), "cwd": (_STR, False),
-    "env": (_DICT, False), "nodes": (_INT, False), "gpus": (_INT, False),
-    "gpu_type": (_OPT_STR, False), "gpu_mem": (_OPT_INT, False), "cpus": (_INT, False),
-    "mem": (_INT, False), "time_limit_s": (_OPT_INT, False), "qos": (_OPT_STR, False),
-    "output": (_OPT_STR, False), "error": (_OPT_STR, False), "requeue": (_BOOL, False),
-    "retries": (_OPT_INT, False), "signal": (_OPT_STR, False), "hold": (_BOOL, False), "begin_time": (_OPT_NUM, False),
-    "dependency": (_OPT_STR, False), "kill_on_invalid_dep": (_BOOL, False),
-    "array": (_OPT_STR, False), "account": (_OPT_STR, False), "share": (_BOOL, False),
-}
+#: A job spec's fields, as gq/spec.py declares them; their ranges (RANGES) hold the bounds
+#: it declares (tests/test_spec.py), which `gq.spec.check` applies with its own wording.
+SPEC_SCHEMA: Schema = {f.name: (f.types, f.required) for f in spec_fields.FIELDS}
 
 SCHEMAS: dict[str, Schema] = {
     PING: {},
@@ -267,7 +260,8 @@ def _check_value(key: str, value: Any, what: str) -> None:
 
 
 def check_spec(spec: Any) -> dict[str, Any]:
-    """A job spec's shape (types and lengths); the head checks meaning (ranges, QOS) itself."""
+    """A job spec's shape (types, lengths, wire ranges); gqd then checks what its values mean
+    (gq.spec.check, the QOS and the nodes)."""
     if not isinstance(spec, dict):
         raise ProtocolError("job spec is not a map")
     check(spec, SPEC_SCHEMA, "job spec")

@@ -89,7 +89,7 @@ class Store:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        #: Array job id -> the spec blob its tasks share (see insert_array).
+        #: Array job id -> the spec blob its tasks share (see add_staged).
         self._specs: dict[int, bytes] = {}
         # Autocommit mode: transactions are explicit (`tx()`), never implicit.
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -167,41 +167,6 @@ class Store:
 
     # ------------------------------------------------------------ jobs
 
-    def insert_job(self, job: Job) -> int:
-        """Insert `job` (its id is ignored) inside the caller's transaction; returns the new id."""
-        blob = spec_blob(job.spec)
-        cur = self.conn.execute(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
-                                _job_row(job, blob, None))
-        return int(cur.lastrowid)
-
-    def insert_jobs(self, jobs: list[Job]) -> None:
-        """Insert jobs (not array tasks) inside the caller's transaction, in one statement after
-        the first; each gets its new id, in list order."""
-        first = jobs[0].id = self.insert_job(jobs[0])
-        for offset, job in enumerate(jobs[1:], 1):
-            job.id = first + offset
-        # AUTOINCREMENT ids only grow and gqd is the only writer: the ones after `first` are free.
-        self.conn.executemany(
-            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
-            (_job_row(j, spec_blob(j.spec), j.id)
-             for j in jobs[1:]))
-
-    def insert_array(self, jobs: list[Job]) -> None:
-        """Insert the tasks of one array, which share one spec, inside the caller's transaction:
-        the first gets a new id and the array's id; the others the ids after it."""
-        blob = spec_blob(jobs[0].spec)
-        first = jobs[0].id = self.conn.execute(
-            f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
-            _job_row(jobs[0], blob, None)).lastrowid
-        for offset, job in enumerate(jobs):
-            job.id, job.array_job_id = first + offset, first
-        # AUTOINCREMENT ids only grow and gqd is the only writer: the ones after `first` are free.
-        # The other tasks' spec is empty: they share the first's (a 10,000-task array would
-        # otherwise store its script and environment 10,000 times).
-        self.conn.execute("UPDATE jobs SET array_job_id = ? WHERE id = ?", (first, first))
-        self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
-                              (_job_row(j, b"", j.id) for j in jobs[1:]))
-
     # A submit too big for one loop turn is inserted over several transactions (gq/head/
     # submits.py). Its rows are "staged" until the transaction that clears the meta key
     # `staged_from` (the first staged id) commits: readers skip them, and opening the store
@@ -226,6 +191,21 @@ class Store:
     def unstage(self) -> None:
         """The staged jobs are real once the caller's transaction commits."""
         self.conn.execute("DELETE FROM meta WHERE key = 'staged_from'")
+
+    def add_jobs(self, jobs: list[Job], *, array: bool = False) -> None:
+        """Insert `jobs` inside the caller's transaction as gqd's submits do (stage_jobs,
+        add_staged, unstage), all at once: for tools and tests that fill a store. Each gets the
+        next id, in list order. With `array` they are the tasks of one array (one spec): each
+        gets the first's id as its array's, and shares the first's stored spec."""
+        first = self.stage_jobs()
+        rows = []
+        for offset, job in enumerate(jobs):
+            job.id = first + offset
+            if array:
+                job.array_job_id = first
+            rows.append((job, b"" if array and offset else spec_blob(job.spec)))
+        self.add_staged(rows)
+        self.unstage()
 
     def drop_staged(self) -> None:
         """Delete staged jobs (of a submit that failed, or was cut short by a crash), inside
@@ -273,11 +253,6 @@ class Store:
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ?",
             (array_job_id, index)).fetchone()
         return self._job(row) if row else None
-
-    def array_tasks(self, array_job_id: int) -> list[Job]:
-        rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? "
-                                 "ORDER BY array_index", (array_job_id,))
-        return [self._job(r) for r in rows]
 
     def history(self, since: float, until: float, user: str | None = None,
                 states: list[str] | None = None, after: int = 0,
@@ -394,9 +369,9 @@ def _job(row: Iterable[Any], spec: bytes) -> Job:
      array_job_id, array_index, _spec, hold, node_fail_count) = row
     # qos, time limit and name may be updated after submit (gq update): the columns, not the
     # blob (an array's tasks share their first task's), are current.
-    spec_obj = JobSpec.from_dict(msgpack.unpackb(spec, raw=False))
-    spec_obj.qos, spec_obj.time_limit_s, spec_obj.name = qos, time_limit_s, name
-    return Job(id=job_id, spec=spec_obj,
+    values = msgpack.unpackb(spec, raw=False)
+    values["qos"], values["time_limit_s"], values["name"] = qos, time_limit_s, name
+    return Job(id=job_id, spec=JobSpec.from_dict(values),
                state=JobState(state), reason=reason, submit_time=submit_time,
                start_time=start_time, end_time=end_time, exit_code=exit_code,
                alloc=json.loads(alloc), holds_alloc=bool(holds_alloc),

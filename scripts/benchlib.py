@@ -198,7 +198,6 @@ class PersonalCluster:
         self.client_timeout_s = client_timeout_s
         self.client = None
         self.cfg = None
-        self.up_s: float | None = None
         self.leftovers: list[int] = []
         self._saved_env: dict[str, str | None] = {}
 
@@ -217,14 +216,12 @@ class PersonalCluster:
         self.jobdir.mkdir()
         from gq import cluster
         from gq.client import Client
-        t0 = time.perf_counter()
         try:
             self.cfg = cluster.up(self.nodes, self.fake_gpus)
         except BaseException:
             self.keep = True
             self._stop()
             raise
-        self.up_s = round(time.perf_counter() - t0, 3)
         self.client = Client(self.cfg, timeout_s=self.client_timeout_s)
         self.spec_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.tmp),
                          "LANG": "C.UTF-8"}
@@ -364,8 +361,8 @@ def plan_head(state, tmp: Path):
                    alloc={n: list(g) for n, g in r.alloc.items()}, holds_alloc=True)
                for r in state.running]
     with store.tx():
-        store.insert_jobs(pending)
-        store.insert_jobs(running)
+        store.add_jobs(pending)  # as gqd stores submits: the staged path
+        store.add_jobs(running)
     head = Head(Config(path=""), store, PLAN_NOW)
     on_node: dict[str, list[list[int]]] = {}
     for job in running:

@@ -157,7 +157,7 @@ def test_store_keeps_arrays_holds_and_runs(tmp_path) -> None:  # noqa: ANN001
         tasks = [Job(id=0, spec=spec, submit_time=1.0, array_index=i, hold="user")
                  for i in range(3)]
         with store.tx():
-            store.insert_array(tasks)
+            store.add_jobs(tasks, array=True)
         first = tasks[0].id
         assert [t.id for t in tasks] == [first, first + 1, first + 2]
         task = store.array_task(first, 2)

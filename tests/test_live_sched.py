@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -188,12 +189,10 @@ while true; do sleep 0.2; done
     # The head checks what a raw client sends, too.
     spec = JobSpec(script="#!/bin/sh\ntrue\n", uid=os.getuid(), gid=os.getgid(), cwd=str(work))
     with cluster.client() as c:
-        spec.signal = "SIGSTOP"
         with pytest.raises(UsageError, match="bad --signal 'SIGSTOP'"):
-            c.submit([spec])
-        spec.signal = 10  # type: ignore[assignment]
+            c.submit([dataclasses.replace(spec, signal="SIGSTOP")])
         with pytest.raises(ProtocolError, match="'signal'"):
-            c.submit([spec])
+            c.submit([dataclasses.replace(spec, signal=10)])  # type: ignore[arg-type]
 
 
 def test_sharing_jobs_run_together_on_one_gpu_while_their_vram_fits(cluster: LiveCluster) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,8 +45,9 @@ def _job(**over) -> Job:
 
 
 def _insert(store: Store, job: Job) -> Job:
+    """`job` stored as gqd stores a submit's (Store.add_jobs: the staged path); it gets its id."""
     with store.tx():
-        job.id = store.insert_job(job)
+        store.add_jobs([job])
     return job
 
 
@@ -154,7 +156,7 @@ def test_jobs_inserted_together_get_the_next_ids_in_order(store: Store):
     before = _insert(store, _job()).id
     jobs = [_job(spec={"name": f"j{i}", "env": {"I": str(i)}}) for i in range(5)]
     with store.tx():
-        store.insert_jobs(jobs)
+        store.add_jobs(jobs)
     assert [j.id for j in jobs] == list(range(before + 1, before + 6))
     for job in jobs:
         assert store.get_job(job.id).spec == job.spec
@@ -186,13 +188,13 @@ def test_update_job_without_columns_writes_all(store: Store):
 
 def test_qos_and_time_limit_updates_override_spec_blob(store: Store):
     job = _insert(store, _job(spec={"qos": "free", "time_limit_s": 600}))
-    job.spec.qos, job.spec.time_limit_s = "pro", 7200
+    job.spec = dataclasses.replace(job.spec, qos="pro", time_limit_s=7200)
     with store.tx():
         store.update_job(job, "qos", "time_limit_s")
     got = store.get_job(job.id)
     assert got.spec.qos == "pro" and got.spec.time_limit_s == 7200
     assert got.spec.script == job.spec.script  # the rest still comes from the blob
-    job.spec.time_limit_s = None
+    job.spec = dataclasses.replace(job.spec, time_limit_s=None)
     with store.tx():
         store.update_job(job, "time_limit_s")
     assert store.get_job(job.id).spec.time_limit_s is None
@@ -239,7 +241,7 @@ def test_exception_in_tx_rolls_back_and_reraises(store: Store, db: Path):
 
     with pytest.raises(Boom):
         with store.tx():
-            store.insert_job(_job())
+            store.add_jobs([_job()])
             raise Boom
     assert store.live_jobs() == []
     assert _count(db) == 0
@@ -251,13 +253,13 @@ def test_exception_in_tx_rolls_back_and_reraises(store: Store, db: Path):
 def test_sqlite_error_in_tx_becomes_store_error(store: Store, db: Path):
     with pytest.raises(StoreError, match="could not save .* nothing was changed"):
         with store.tx() as c:
-            store.insert_job(_job())
+            store.add_jobs([_job()])
             c.execute("INSERT INTO no_such_table VALUES (1)")
     assert _count(db) == 0
     # A constraint violation (qos is NOT NULL) is a sqlite error too.
     with pytest.raises(StoreError):
         with store.tx():
-            store.insert_job(_job(spec={"qos": None}))
+            store.add_jobs([_job(spec={"qos": None})])
     assert _count(db) == 0
 
 
@@ -281,7 +283,10 @@ def test_jobs_survive_reopen(db: Path):
 def test_group_commit_500_inserts_in_one_tx(db: Path):
     s = Store(db)
     with s.tx():
-        ids = [s.insert_job(_job(spec={"name": f"j{i}"})) for i in range(500)]
+        jobs = [_job(spec={"name": f"j{i}"}) for i in range(500)]
+        for job in jobs:  # one submit each, as 500 `gq submit` calls in one loop turn
+            s.add_jobs([job])
+    ids = [job.id for job in jobs]
     s.close()
     assert len(set(ids)) == 500
     s2 = Store(db)

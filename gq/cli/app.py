@@ -10,7 +10,7 @@ import sys
 import typer
 
 from gq.cli import clickcompat as click
-from gq.errors import ExitStatus
+from gq.errors import ExitStatus, exit_status
 
 app = typer.Typer(
     name="gq", no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
@@ -59,15 +59,22 @@ def command() -> typer.core.TyperGroup:
 
 def run(argv: list[str] | None) -> int:
     """Run a command line through typer; click's own errors become exit statuses here (gq's
-    errors, GqError, go up to main)."""
+    errors, GqError, and a closed pipe go up to main, which ends every command alike)."""
     try:
         result = command().main(args=argv, prog_name="gq", standalone_mode=False)
-    except click.Abort:
+    except click.Abort:  # Ctrl-C, which click turns into Abort
         print("gq: aborted", file=sys.stderr)
-        return 130
+        return int(ExitStatus.INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
         return int(ExitStatus.USAGE)
     except click.Exit as exc:
         return int(exc.exit_code)
+    except SystemExit as exc:
+        # click ends a closed pipe itself (sys.exit(1) while handling the OSError); main, the
+        # one place that says how a command ends, gets it back.
+        cause = exc.__context__
+        if isinstance(cause, OSError) and exit_status(cause) is ExitStatus.BROKEN_PIPE:
+            raise cause from None
+        raise
     return int(result) if isinstance(result, int) else 0

@@ -2,7 +2,8 @@
 
 `#GQ` lines use gq's own options. `#SBATCH` lines use Slurm's: those with a gq meaning are
 translated (`--gres=gpu:a100:2`, `--gpus-per-node`, `--cpus-per-task`, `--job-name`, ...), and
-the Slurm options gq has no use for (partition, account, mail) are skipped with a warning.
+the Slurm options gq has no use for (partition, mail, ...) are skipped with a warning. Which
+sbatch option means which gq option is declared with gq's options, in gq/spec.py.
 """
 
 from __future__ import annotations
@@ -11,22 +12,15 @@ import re
 import shlex
 
 from gq.errors import UsageError
+from gq.spec import OPTIONS
 
-#: Slurm long options with a direct gq equivalent.
-_SLURM_RENAMES = {
-    "--job-name": "--name", "--cpus-per-task": "--cpus", "--gpus-per-node": "--gpus",
-    "--gpus": "--gpus", "--workdir": "--chdir", "--nodes": "--nodes", "--time": "--time",
-    "--output": "--output", "--error": "--error", "--chdir": "--chdir", "--qos": "--qos",
-    "--mem": "--mem", "--export": "--export", "--no-requeue": "--no-requeue",
-    "--requeue": None, "--wait": "--wait", "--parsable": "--parsable", "--signal": "--signal",
-    "--array": "--array", "--dependency": "--dependency", "--hold": "--hold",
-    "--begin": "--begin", "--account": "--account",
-}
-_SLURM_SHORT = {"-J": "--name", "-c": "--cpus", "-G": "--gpus", "-N": "--nodes", "-t": "--time",
-                "-o": "--output", "-e": "--error", "-D": "--chdir", "-q": "--qos", "-a": "--array",
-                "-d": "--dependency", "-H": "--hold", "-b": "--begin", "-A": "--account"}
-#: Slurm options that take no value.
-_SLURM_FLAGS = ("--no-requeue", "--requeue", "--wait", "--parsable", "--hold", "-H")
+#: sbatch options with a gq equivalent (the `slurm` names of gq/spec.py's OPTIONS) -> gq's long
+#: option; sbatch's --requeue is gq's default, so it becomes nothing.
+_SLURM_NAMES: dict[str, str | None] = {name: o.flags[-1] for o in OPTIONS for name in o.slurm}
+_SLURM_NAMES["--requeue"] = None
+#: Those of them that take no value.
+_SLURM_FLAGS = frozenset({name for o in OPTIONS if o.kind is bool for name in o.slurm}
+                         | {"--requeue"})
 #: Slurm options gq does not use, whose value is a separate word when not given with `=`.
 _SLURM_IGNORED_WITH_VALUE = {"-p", "--partition", "--mail-type", "--mail-user",
                              "-n", "--ntasks", "--ntasks-per-node", "-w", "--nodelist", "-x",
@@ -63,11 +57,10 @@ def translate_slurm(words: list[str], warn: list[str]) -> list[str]:
     while i < len(words):
         word = words[i]
         name, eq, value = word.partition("=")
-        if not eq and len(word) > 2 and word[:2] in _SLURM_SHORT and not word.startswith("--"):
+        if not eq and len(word) > 2 and word[:2] in _SLURM_NAMES and not word.startswith("--"):
             name, value, eq = word[:2], word[2:], "="  # -t10, -JName
         takes_value = name not in _SLURM_FLAGS
-        if not eq and takes_value and (name in _SLURM_SHORT or name in _SLURM_RENAMES
-                                        or name in _SLURM_IGNORED_WITH_VALUE
+        if not eq and takes_value and (name in _SLURM_NAMES or name in _SLURM_IGNORED_WITH_VALUE
                                         or name in ("--gres", "--kill-on-invalid-dep")):
             i += 1
             if i >= len(words):
@@ -78,8 +71,8 @@ def translate_slurm(words: list[str], warn: list[str]) -> list[str]:
             out.extend(_gres(value))
         elif name == "--kill-on-invalid-dep":  # yes or no, as sbatch takes it
             out.extend(["--kill-on-invalid-dep"] if value.lower() in ("yes", "y") else [])
-        elif name in _SLURM_SHORT or name in _SLURM_RENAMES:
-            target = _SLURM_SHORT.get(name) or _SLURM_RENAMES.get(name)
+        elif name in _SLURM_NAMES:
+            target = _SLURM_NAMES[name]
             if target:
                 out.extend([target, value] if takes_value else [target])
         else:

@@ -13,44 +13,18 @@ tables to typer's declarations and the parser to click's reading.
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-#: (option names, parameter, type, default) of `gq submit`, as gq/cli/submit.py declares them;
-#: type bool is a flag.
-SUBMIT_OPTIONS: tuple[tuple[tuple[str, ...], str, type, Any], ...] = (
-    (("--wrap",), "wrap", str, None),
-    (("-g", "--gpus"), "gpus", int, 1),
-    (("-N", "--nodes"), "nodes", int, 1),
-    (("--gpu-type",), "gpu_type", str, None),
-    (("--gpu-mem",), "gpu_mem", str, None),
-    (("--share",), "share", bool, False),
-    (("-c", "--cpus"), "cpus", int, 0),
-    (("--mem",), "mem", str, None),
-    (("-t", "--time"), "time", str, None),
-    (("-q", "--qos"), "qos", str, None),
-    (("-J", "--name"), "name", str, None),
-    (("-o", "--output"), "output", str, None),
-    (("-e", "--error"), "error", str, None),
-    (("-D", "--chdir"), "chdir", str, None),
-    (("--export",), "export", str, "ALL"),
-    (("--no-requeue",), "no_requeue", bool, False),
-    (("--retries",), "retries", int, None),
-    (("--signal",), "job_signal", str, None),
-    (("-a", "--array"), "array", str, None),
-    (("-d", "--dependency"), "dependency", str, None),
-    (("--kill-on-invalid-dep",), "kill_on_invalid_dep", bool, False),
-    (("-H", "--hold"), "hold", bool, False),
-    (("-b", "--begin"), "begin", str, None),
-    (("-A", "--account"), "account", str, None),
-    (("--wait",), "wait", bool, False),
-    (("--parsable",), "parsable", bool, False),
-    (("--json",), "as_json", bool, False),
-)
+from gq import spec as spec_fields
+
+#: (option names, parameter, type, default) of `gq submit`, from its declaration (gq/spec.py),
+#: as typer's command has them too; type bool is a flag.
+SUBMIT_OPTIONS: tuple[tuple[tuple[str, ...], str, type, Any], ...] = tuple(
+    (o.flags, o.dest, o.kind, o.default) for o in spec_fields.OPTIONS)
 #: The same for `gq show` and `gq queue` (gq/cli/jobs.py).
 SHOW_OPTIONS: tuple[tuple[tuple[str, ...], str, type, Any], ...] = (
     (("--json",), "as_json", bool, False),
@@ -78,15 +52,7 @@ def run(argv: list[str]) -> int | None:
     command = _COMMANDS.get(argv[0])
     if command is None:
         return None
-    try:
-        return command(argv[1:])
-    except OSError as exc:
-        if exc.errno != errno.EPIPE:
-            raise
-        # `gq queue | head`: as typer ends it, exit status 1 and nothing more (stdout is sent
-        # to /dev/null so that the interpreter's last flush cannot complain either).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    return command(argv[1:])  # its errors (a closed pipe too) are main's to end it with
 
 
 def parse(options: Options, argv: list[str], interspersed: bool) -> Parse | None:

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import os
 import sys
-import time as _time
 from collections.abc import Callable
 from typing import Any
 
+from gq import spec as spec_fields
 from gq.cli.directives import directive_lines, translate_slurm
 from gq.errors import UsageError
-from gq.units import parse_duration, parse_size, parse_time, signal_parts, signal_text
 
-#: Options whose value directives may supply; the command line wins over both kinds of line.
-MERGEABLE = ("gpus", "nodes", "gpu_type", "gpu_mem", "cpus", "mem", "time", "qos", "name",
-             "output", "error", "chdir", "export", "no_requeue", "job_signal", "array",
-             "dependency", "kill_on_invalid_dep", "hold", "begin", "account", "share", "retries")
+#: The options that set a spec field: directives may supply their values, and the command
+#: line wins over both kinds of line.
+SPEC_OPTIONS = tuple((o.field, o) for o in spec_fields.OPTIONS if o.field is not None)
+MERGEABLE = tuple(o.dest for _, o in SPEC_OPTIONS)
 
 #: Option values and the names of those given on their line, from a command line's words.
 Parsed = tuple[dict[str, Any], set[str]]
@@ -103,77 +102,14 @@ def _warn(warnings: list[str]) -> None:
 
 def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any]
                ) -> dict[str, Any]:
-    """A job spec from option values, with every value checked here, before anything is sent:
-    every field of gq.model.JobSpec (its wire form), built without the dataclass, whose module
-    would cost every `gq submit` more than the rest of its spec (tests/test_fast.py holds the
-    two to each other)."""
-    if v["gpus"] < 0:
-        raise UsageError(f"bad --gpus {v['gpus']}: must be 0 or more")
-    if v["nodes"] < 1:
-        raise UsageError(f"bad --nodes {v['nodes']}: must be 1 or more")
-    if v["cpus"] < 0:
-        raise UsageError(f"bad --cpus {v['cpus']}: must be 0 or more")
-    if v["retries"] is not None and v["retries"] < 0:
-        raise UsageError(f"bad --retries {v['retries']}: must be 0 or more")
-    if v["retries"] and v["no_requeue"]:
-        raise UsageError("--retries and --no-requeue contradict each other: --no-requeue means "
-                         "no requeue at all (--retries 0 ends NODE_FAIL at the first node fault)")
-    if v["share"] and not (v["gpu_mem"] and v["gpus"]):
-        raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it), "
-                         "e.g. --share --gpu-mem 20G, and at least one GPU")
-    cwd = os.path.abspath(v["chdir"]) if v["chdir"] else os.getcwd()
-    return dict(
-        script=text, name=v["name"] or default_name, args=args, user="", uid=os.getuid(),
-        gid=os.getgid(), cwd=cwd, env=export_env(v["export"], dict(os.environ)),
-        nodes=v["nodes"], gpus=v["gpus"], gpu_type=v["gpu_type"],
-        gpu_mem=parse_size(v["gpu_mem"]) if v["gpu_mem"] else None, cpus=v["cpus"],
-        mem=parse_size(v["mem"]) if v["mem"] else 0,
-        time_limit_s=parse_duration(v["time"]) if v["time"] else None, qos=v["qos"],
-        output=v["output"], error=v["error"], requeue=not v["no_requeue"],
-        retries=v["retries"],
-        signal=signal_text(*signal_parts(v["job_signal"])) if v["job_signal"] else None,
-        hold=v["hold"],
-        begin_time=parse_time(v["begin"], _time.time(), future=True) if v["begin"] else None,
-        dependency=_checked_dependency(v["dependency"]),
-        kill_on_invalid_dep=v["kill_on_invalid_dep"], array=_checked_array(v["array"]),
-        account=v["account"], share=v["share"])
-
-
-def _checked_dependency(text: str | None) -> str | None:
-    if not text:
-        return None
-    from gq.deps import parse_dependency
-    return str(parse_dependency(text))
-
-
-def _checked_array(text: str | None) -> str | None:
-    if text is None:
-        return None
-    from gq.arrays import parse_array
-    parse_array(text)  # a bad spec is a usage error here, before anything is sent
-    return text.strip()
-
-
-def export_env(export: str, environ: dict[str, str]) -> dict[str, str]:
-    """Slurm's --export: ALL, NONE, or a list of VAR / VAR=VALUE (with ALL: added to everything)."""
-    items = [i for i in export.split(",") if i]
-    if not items:
-        raise UsageError("bad --export '': expected ALL, NONE or VAR[=VALUE],...")
-    env: dict[str, str] = {}
-    for item in items:
-        if item == "ALL":
-            env.update(environ)
-        elif item == "NONE":
-            continue
-        elif "=" in item:
-            key, _, value = item.partition("=")
-            env[key] = value
-        elif item.replace("_", "").isalnum():
-            if item in environ:
-                env[item] = environ[item]
-        else:
-            raise UsageError(f"bad --export item {item!r}: expected ALL, NONE, VAR or VAR=VALUE")
-    return env
+    """A job spec (gq.model.JobSpec's wire form) from option values, made and checked as
+    gq/spec.py declares, before anything is sent: gqd checks it again with the same words.
+    Built without the dataclass, whose module would cost every `gq submit` more than the rest
+    of its spec."""
+    values = {name: o.convert(v[o.dest]) if o.convert else v[o.dest] for name, o in SPEC_OPTIONS}
+    values.update(script=text, args=args, uid=os.getuid(), gid=os.getgid())
+    values["name"] = values["name"] or default_name
+    return spec_fields.check(spec_fields.complete(values))
 
 
 def exit_code_of(job: dict[str, Any]) -> int:

@@ -1,11 +1,14 @@
-"""`gq submit`'s options for typer; what it does is gq/cli/submission.py's."""
+"""`gq submit` for typer: its parameters come from gq/spec.py's OPTIONS (as the fast path's
+table does); what it does is gq/cli/submission.py's."""
 
 from __future__ import annotations
 
-from typing import Optional
+import inspect
+from typing import Any, Optional
 
 import typer
 
+from gq import spec as spec_fields
 from gq.cli import submission
 from gq.cli.clickcompat import ParameterSource
 from gq.cli.clickcompat import UsageError as ClickUsageError
@@ -16,57 +19,36 @@ def register(app: typer.Typer) -> None:
     app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
 
 
-def submit(
-    ctx: typer.Context,
-    script: Optional[str] = typer.Argument(None, help="batch script ('-' reads stdin)"),
-    args: Optional[list[str]] = typer.Argument(None, help="arguments passed to the script"),
-    wrap: Optional[str] = typer.Option(None, "--wrap", help="run this shell command instead of a script"),
-    gpus: int = typer.Option(1, "-g", "--gpus", help="GPUs per node"),
-    nodes: int = typer.Option(1, "-N", "--nodes", help="nodes, started together (gang)"),
-    gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="GPU model, e.g. h100"),
-    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="minimum VRAM per GPU, e.g. 40G"),
-    share: bool = typer.Option(False, "--share", help="share GPUs with other --share jobs while "
-                               "their --gpu-mem sums fit in VRAM"),
-    cpus: int = typer.Option(0, "-c", "--cpus", help="CPUs per node"),
-    mem: Optional[str] = typer.Option(None, "--mem", help="memory per node, e.g. 64G"),
-    time: Optional[str] = typer.Option(None, "-t", "--time", help="time limit: MM, HH:MM:SS, D-HH, 2h ..."),
-    qos: Optional[str] = typer.Option(None, "-q", "--qos", help="quality of service (tier)"),
-    name: Optional[str] = typer.Option(None, "-J", "--name", help="job name"),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="stdout file pattern (%j %x %u %A %a)"),
-    error: Optional[str] = typer.Option(None, "-e", "--error", help="stderr file pattern (default: with stdout)"),
-    chdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory"),
-    export: str = typer.Option("ALL", "--export", help="ALL, NONE, or VAR[=VAL],... (with ALL, added)"),
-    no_requeue: bool = typer.Option(False, "--no-requeue", help="never requeue after a node failure"),
-    retries: Optional[int] = typer.Option(
-        None, "--retries", metavar="N",
-        help="requeue after a node fault at most N times, then end NODE_FAIL "
-             "(default: [head] default_retries)"),
-    job_signal: Optional[str] = typer.Option(
-        None, "--signal", metavar="[B:]SIG[@SECONDS]",
-        help="send SIG SECONDS (default 60) before the time limit, and instead of SIGTERM "
-             "when preempted; B: only to the script's own process"),
-    array: Optional[str] = typer.Option(
-        None, "-a", "--array", metavar="INDICES[%LIMIT]",
-        help="a job array: one task per index (0-99, 1,3,7, 0-99:2), at most LIMIT running"),
-    dependency: Optional[str] = typer.Option(
-        None, "-d", "--dependency", metavar="TYPE:ID[:ID][,...]",
-        help="start after other jobs: after, afterany, afterok, afternotok, singleton; "
-             "',' all of them, '?' any"),
-    kill_on_invalid_dep: bool = typer.Option(
-        False, "--kill-on-invalid-dep", help="cancel the job when its dependency can never be met"),
-    hold: bool = typer.Option(False, "-H", "--hold", help="submit held: it waits for gq release"),
-    begin: Optional[str] = typer.Option(
-        None, "-b", "--begin", metavar="TIME", help="not before TIME: now+1h, 16:00, 2026-12-01T09:00"),
-    account: Optional[str] = typer.Option(None, "-A", "--account", help="account charged in gq report"),
-    wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its exit code"),
-    parsable: bool = typer.Option(False, "--parsable", help="print only the job id"),
-    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
-) -> int:
+def submit(ctx: typer.Context, **params: Any) -> int:
     """Submit a batch job (like sbatch)."""
-    text, default_name = submission.script_text(script, wrap)
+    text, default_name = submission.script_text(params["script"], params["wrap"])
     given = {k for k in ctx.params if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
     return submission.run(text, default_name, ctx.params, given,
                           lambda words: _parse_words(ctx, words))
+
+
+def _signature() -> inspect.Signature:
+    """submit's parameters as typer reads them from a signature: the script and its arguments,
+    then every option of OPTIONS."""
+    def param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                 annotation=annotation)
+    params = [
+        param("ctx", typer.Context, inspect.Parameter.empty),
+        param("script", Optional[str],
+              typer.Argument(None, help="batch script ('-' reads stdin)")),
+        param("args", Optional[list[str]],
+              typer.Argument(None, help="arguments passed to the script")),
+    ]
+    for o in spec_fields.OPTIONS:
+        kind = o.kind if o.default is not None or o.kind is bool else Optional[o.kind]
+        params.append(param(o.dest, kind, typer.Option(o.default, *o.flags, help=o.help,
+                                                       metavar=o.metavar)))
+    return inspect.Signature(params)
+
+
+# typer builds the command from inspect.signature(submit), which reads __signature__ first.
+setattr(submit, "__signature__", _signature())  # noqa: B010 (mypy: no attribute on functions)
 
 
 def _parse_words(ctx: typer.Context, words: list[str]) -> submission.Parsed:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gq import defaults, gcpause, protocol
-from gq.arrays import parse_array, parse_ref, split_ref
+from gq import spec as spec_fields
+from gq.arrays import parse_ref, split_ref
 from gq.config import Config
 from gq.deps import ParentState, parse_dependency
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
@@ -39,7 +40,6 @@ log = logging.getLogger("gq.head")
 LAUNCH_RESEND_S = 5.0
 #: Finished jobs stay visible in `gq queue --all` this long, in seconds (Slurm's MinJobAge).
 RECENT_S = 300.0
-MAX_JOBS_PER_NODE_COUNT = 64
 #: A page of a listing holds records of at most this many bytes (msgpack), half the message
 #: limit: the rest of the reply always fits.
 PAGE_BYTES = defaults.MAX_MESSAGE_BYTES // 2
@@ -55,7 +55,6 @@ STOPPING = frozenset({PREEMPTED, REQUEUED})
 CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
                                protocol.RESUME, protocol.HOLD, protocol.RELEASE,
                                protocol.REQUEUE, protocol.UPDATE})
-MAX_GPUS_PER_NODE = 64
 #: A node's health problems shown in its drain reason: at most this many, this long each.
 MAX_HEALTH_PROBLEMS = 4
 MAX_HEALTH_TEXT = 200
@@ -209,58 +208,32 @@ class Head:
         self.index.update(job)
 
     def _accept_spec(self, raw: dict[str, Any], caller: Caller, intake: _Intake) -> JobSpec:
-        """Check what a spec means (ranges, QOS, limits) and bind it to the caller."""
-        spec = JobSpec.from_dict(raw)
-        spec.uid = caller.uid
-        spec.user = caller.user
+        """Check what a spec means (gq.spec.check, as the CLI did, after filling in gqd's
+        defaults; then what needs gqd's config and state) and bind it to the caller."""
         if caller.uid == 0 and not self.cfg.auth.allow_root_jobs:
             raise PermissionDenied("permission denied: jobs of root are refused on this cluster "
                                    "([auth] allow_root_jobs = false); submit as a user")
-        if (caller.proven or spec.gid < 0) and intake.gid is not None:
-            spec.gid = intake.gid
-        if not 1 <= spec.nodes <= MAX_JOBS_PER_NODE_COUNT:
-            raise UsageError(f"bad node count {spec.nodes}: expected 1..{MAX_JOBS_PER_NODE_COUNT}")
-        if not 0 <= spec.gpus <= MAX_GPUS_PER_NODE:
-            raise UsageError(f"bad GPU count {spec.gpus}: expected 0..{MAX_GPUS_PER_NODE}")
-        if spec.cpus < 0 or spec.mem < 0:
-            raise UsageError("CPU and memory requests cannot be negative")
-        if not spec.cwd.startswith("/"):
-            raise UsageError(f"working directory {spec.cwd!r} is not absolute")
-        spec.qos = spec.qos or defaults.DEFAULT_QOS
-        qos = self.cfg.qos.get(spec.qos)
+        values = spec_fields.complete(raw)
+        values["uid"], values["user"] = caller.uid, caller.user
+        if (caller.proven or values["gid"] < 0) and intake.gid is not None:
+            values["gid"] = intake.gid
+        values["qos"] = values["qos"] or defaults.DEFAULT_QOS
+        qos = self.cfg.qos.get(values["qos"])
         if qos is None:
-            raise RefusedError(f"unknown QOS {spec.qos!r}; known: {', '.join(sorted(self.cfg.qos))}")
-        if spec.time_limit_s is None:
-            spec.time_limit_s = qos.default_time_s
-        if spec.time_limit_s < 0:
-            raise UsageError(f"bad time limit {spec.time_limit_s}: must not be negative")
-        if qos.max_time_s and not 0 < spec.time_limit_s <= qos.max_time_s:
+            raise RefusedError(f"unknown QOS {values['qos']!r}; known: "
+                               f"{', '.join(sorted(self.cfg.qos))}")
+        if values["time_limit_s"] is None:
+            values["time_limit_s"] = qos.default_time_s
+        if values["retries"] is None:
+            values["retries"] = self.cfg.head.default_retries if values["requeue"] else 0
+        spec = JobSpec.from_dict(spec_fields.check(values))
+        limit = spec.time_limit_s or 0
+        if qos.max_time_s and not 0 < limit <= qos.max_time_s:
             # 0 is UNLIMITED, which a capped QOS cannot grant either.
-            raise RefusedError(f"time limit {format_duration(spec.time_limit_s)} is over the "
+            raise RefusedError(f"time limit {format_duration(limit)} is over the "
                                f"{spec.qos!r} QOS maximum of {format_duration(qos.max_time_s)}")
-        if spec.gpu_type:
-            spec.gpu_type = spec.gpu_type.lower()
-        if spec.share and not (spec.gpu_mem and spec.gpus):
-            raise UsageError("--share needs --gpu-mem (the VRAM each of its GPUs must leave it) "
-                             "and at least one GPU")
-        if spec.retries is None:
-            spec.retries = self.cfg.head.default_retries if spec.requeue else 0
-        if not 0 <= spec.retries <= defaults.MAX_RETRIES:
-            raise UsageError(f"bad --retries {spec.retries}: expected 0..{defaults.MAX_RETRIES}")
-        if spec.retries and not spec.requeue:
-            raise UsageError("--retries and --no-requeue contradict each other: --no-requeue "
-                             "means no requeue at all (use --retries 0 to end NODE_FAIL at the "
-                             "first node fault but stay requeueable)")
-        if spec.signal is not None:
-            # Stored canonical, so the shepherd and the preemption code never see a bad one.
-            spec.signal = str(parse_signal(spec.signal))
-        if spec.array is not None:
-            spec.array = spec.array.strip()
-            parse_array(spec.array)
         if spec.dependency is not None:
-            dep = parse_dependency(spec.dependency)
-            spec.dependency = str(dep)
-            for parent in sorted(dep.parents):
+            for parent in sorted(parse_dependency(spec.dependency).parents):
                 if parent not in self.jobs and self.store.get_job(parent) is None:
                     # As sbatch: a dependency on a job nobody knows is refused, not kept waiting.
                     raise RefusedError(f"job dependency problem: job {parent} does not exist")
@@ -425,9 +398,10 @@ class Head:
             raise RefusedError(f"job {job.ref} is {job.state.value}: only a pending job's time "
                                "limit and QOS can be changed (a running job's name can)")
         old = job.spec
-        new = dataclasses.replace(old, **changes)  # a copy: an array's tasks share one spec
-        new.qos = new.qos or defaults.DEFAULT_QOS
-        qos = self.cfg.qos.get(new.qos)
+        qos_name = changes.get("qos", old.qos) or defaults.DEFAULT_QOS
+        # A new spec (JobSpec is frozen; an array's tasks share one).
+        new = dataclasses.replace(old, **{**changes, "qos": qos_name})
+        qos = self.cfg.qos.get(qos_name)
         if new.qos != old.qos:
             if qos is None:
                 raise RefusedError(f"unknown QOS {new.qos!r}; known: "

@@ -17,7 +17,7 @@ import zmq
 
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
-from gq.errors import ConfigError, GqError, ProtocolError, StoreError
+from gq.errors import ConfigError, ExitStatus, GqError, ProtocolError, StoreError
 from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         server = HeadServer(cfg, store)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqd cannot start: %s", exc)
-        return 1
+        return int(ExitStatus.START_FAILED)
     try:
         return server.run()
     finally:

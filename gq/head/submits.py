@@ -224,7 +224,7 @@ class Submits:
             for index in indices:
                 job = Job(id=next_id, spec=spec, submit_time=now, reason=reason, hold=hold,
                           array_index=index, array_job_id=None if index is None else first)
-                # An array's tasks after its first share the first's spec (see insert_array).
+                # An array's tasks after its first share the first's spec (see add_staged).
                 rows.append((job, blob if next_id == first else b""))
                 jobs.append(job)
                 next_id += 1

@@ -27,7 +27,7 @@ import zmq
 
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
-from gq.errors import GqError
+from gq.errors import ExitStatus, GqError
 from gq.model import JobState, parse_size
 from gq.node import shepherd, trash
 from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             daemon = _node(args, cfg, name, state_dir)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqnode cannot start: %s", exc)
-        return 1
+        return int(ExitStatus.START_FAILED)
     try:
         return daemon.run()
     finally:
