@@ -12,6 +12,7 @@ import heapq
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,7 @@ class Parked:
     client: Any
     rid: int
     ids: list[int]
+    #: On the steady clock (Head.steady).
     deadline: float
 
 
@@ -87,6 +89,7 @@ class _Intake:
 class Launch:
     """Bookkeeping for a job run the head has sent out: which nodes still hold it."""
 
+    #: On the steady clock (Head.steady).
     sent_at: float
     confirmed: set[str] = field(default_factory=set)
     holding: set[str] = field(default_factory=set)
@@ -94,8 +97,18 @@ class Launch:
     results: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
 
+def _monotonic(now: float) -> float:
+    return time.monotonic()
+
+
 class Head:
-    def __init__(self, cfg: Config, store: Store, now: float):
+    def __init__(self, cfg: Config, store: Store, now: float,
+                 steady: Callable[[float], float] = _monotonic):
+        # Issue 13 (monotonic clocks): every interval the head measures (node liveness, launch
+        # resends, parked waits) is on `steady(now)`, time.monotonic() in gqd, so that a step of
+        # the wall clock marks no node DOWN and holds back no resend; `now` (wall time) stays
+        # what is shown and stored as a date. Tests that drive time by hand pass the identity.
+        self.steady = steady
         self.store = store
         self.configure(cfg)
         self.outbox_nodes: list[tuple[str, bytes]] = []
@@ -140,6 +153,8 @@ class Head:
                 node.state, node.reason = NodeState.DOWN, "not registered since gqd started"
             self.nodes[node.name] = node
         self.registered: set[str] = set()
+        #: Node name -> when it was last heard from (steady clock): its liveness.
+        self.heard: dict[str, float] = {}
         self.reservations: dict[int, Reservation] = {}
         self.usage = Usage(self.cfg.scheduler.fairshare_half_life_s)
         for job in self.store.finished_jobs(since=now - 4 * self.usage.half_life_s, limit=100_000):
@@ -630,15 +645,17 @@ class Head:
         if all(j.state.terminal for j in jobs):
             return {"done": True, "jobs": [j.to_json() for j in self._shown(jobs, now)]}
         timeout = min(float(msg.get("park_s", defaults.WAIT_POLL_S)), 300.0)
-        self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids, deadline=now + timeout))
+        self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids,
+                                  deadline=self.steady(now) + timeout))
         return None
 
     def _answer_parked(self, now: float) -> None:
         keep = []
+        steady = self.steady(now)
         for p in self.parked:
             jobs = [self.jobs.get(i) or self.store.get_job(i) for i in p.ids]
             done = all(j is None or j.state.terminal for j in jobs)
-            if done or now >= p.deadline:
+            if done or steady >= p.deadline:
                 self.deferred.append((p.client, protocol.ok(
                     p.rid, done=done,
                     jobs=[j.to_json() for j in self._shown(filter(None, jobs), now)])))
@@ -660,7 +677,8 @@ class Head:
             self.outbox_nodes.append((name, protocol.encode(protocol.REREGISTER)))
             return
         node = self.nodes[name]
-        node.last_seen = now
+        node.last_seen = now  # shown; liveness is `heard`
+        self.heard[name] = self.steady(now)
         if node.state == NodeState.DOWN:
             node.state, node.reason = NodeState.UP, ""
             self.store.save_node(node)
@@ -685,6 +703,7 @@ class Head:
             node.state, node.reason, node.drain_reason = NodeState.DRAIN, drain, drain
         self.nodes[name] = node
         self.registered.add(name)
+        self.heard[name] = self.steady(now)
         self.store.save_node(node)
         self.dirty = True
         log.info("node %s registered: %d GPUs (%s)", name, len(gpus), msg.get("gpu_source", "?"))
@@ -695,7 +714,7 @@ class Head:
             if job and job.state == JobState.RUNNING and job.restart_count == restart \
                     and name in job.alloc:
                 if job_id not in self.launches:
-                    self.launches[job_id] = Launch(now, holding=set(job.alloc))
+                    self.launches[job_id] = Launch(self.steady(now), holding=set(job.alloc))
                     self._remind(job_id)
                 self.launches[job_id].confirmed.add(name)
             else:
@@ -814,11 +833,12 @@ class Head:
     def tick(self, now: float) -> None:
         """Timers: node timeouts, unconfirmed launches, parked waits."""
         timeout = self.cfg.head.node_timeout_s
+        steady = self.steady(now)
         for node in self.nodes.values():
-            if node.name in self.registered and node.state != NodeState.DOWN \
-                    and now - node.last_seen > timeout:
-                self.node_down(node, f"no heartbeat for {now - node.last_seen:.0f}s", now)
-        while self.resends and now - self.resends[0][0] > LAUNCH_RESEND_S:
+            silent = steady - self.heard.get(node.name, steady)
+            if node.name in self.registered and node.state != NodeState.DOWN and silent > timeout:
+                self.node_down(node, f"no heartbeat for {silent:.0f}s", now)
+        while self.resends and steady - self.resends[0][0] > LAUNCH_RESEND_S:
             sent_at, job_id = heapq.heappop(self.resends)
             launch, job = self.launches.get(job_id), self.jobs.get(job_id)
             # Once its job stops running or all its nodes confirmed, a launch is never resent.
@@ -930,7 +950,7 @@ class Head:
             job.alloc = {n: list(g) for n, g in start.alloc.items()}
             job.holds_alloc = True
             self._save(job, "state", "reason", "start_time", "alloc", "holds_alloc")
-            self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))
+            self.launches[job.id] = Launch(sent_at=self.steady(now), holding=set(job.alloc))
             self._send_launch(job, now)
 
     def _view(self, job: Job) -> PendingJob:
@@ -1040,7 +1060,7 @@ class Head:
         heapq.heappush(self.resends, (self.launches[job_id].sent_at, job_id))
 
     def _send_launch(self, job: Job, now: float, only: set[str] | None = None) -> None:
-        self.launches[job.id].sent_at = now
+        self.launches[job.id].sent_at = self.steady(now)
         self._remind(job.id)
         nodelist = list(job.alloc)
         job_json = job.to_json()

@@ -130,7 +130,7 @@ class NodeDaemon:
         log.info("gqnode %s up: %d GPUs (%s), head %s", self.name, len(self.gpus),
                  self.gpu_source.kind, self.head_addr)
         while True:
-            timeout = max(0.0, self.due() - time.time())
+            timeout = max(0.0, self.due() - time.monotonic())
             events = dict(poller.poll(int(timeout * 1000) + 1))
             self.signals.drain()
             if self.signals.stop_requests:
@@ -144,7 +144,9 @@ class NodeDaemon:
             self.step(self.sock in events)
 
     def due(self) -> float:
-        """When the loop next has a timer to serve (epoch seconds)."""
+        """When the loop next has a timer to serve (time.monotonic() seconds: every timer of
+        gqnode's counts on the monotonic clock, so a step of the wall clock neither silences its
+        heartbeats nor holds back its reports)."""
         return min(self._next_heartbeat, self._next_adopted_check,
                    self.health.due() if self.health else math.inf)
 
@@ -152,7 +154,7 @@ class NodeDaemon:
         """One turn of the loop after a wake: messages in, timers, reports out."""
         if readable:
             self._receive()
-        now = time.time()
+        now = time.monotonic()
         if self.health and self.health.poll(now):
             self._next_heartbeat = now  # tell gqd at once
         if now >= self._next_adopted_check:
@@ -258,7 +260,7 @@ class NodeDaemon:
         """A child of this process ended: True if it was this node's (a run or a health check
         whose verdict changed), which then has news for gqd."""
         news = False
-        if self.health and self.health.reaped(pid, status, time.time()):
+        if self.health and self.health.reaped(pid, status, time.monotonic()):
             self._next_heartbeat = 0.0  # tell gqd at once
             news = True
         for run in list(self.runs.values()):

@@ -181,7 +181,8 @@ def run(run_dir: Path) -> int:
     launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
     signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     adopter = _adopt_orphans()
-    started = time.time()
+    started = time.time()  # for the status (a date); the limit counts from `began`
+    began = time.monotonic()
     try:
         proc = _start(run_dir, launch)
     except OSError as exc:
@@ -194,7 +195,7 @@ def run(run_dir: Path) -> int:
         import psutil
         # No fsync: the job's processes do not outlive a host crash either.
         record(run_dir, "job", f"{proc.pid} {psutil.Process(proc.pid).create_time()}")
-    state, code = _supervise(proc, launch, started, run_dir)
+    state, code = _supervise(proc, launch, began, run_dir)
     if not adopter or _children() != []:
         # Something of the job may be left; as the adopter of its orphans, having no children
         # proves that nothing is, which saves scanning every process on the host (most jobs).
@@ -359,7 +360,9 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
 def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float,
                run_dir: Path) -> tuple[JobState, int]:
     """Wait for the job, sending its --signal, enforcing its time limit and passing on stops;
-    (state, exit code)."""
+    (state, exit code). `started` and every timer are time.monotonic(): a step of the wall clock
+    (NTP, an admin's `date -s`) moves no limit or grace time. The shepherd holds them for the
+    whole run, also while a restarted gqnode adopts it."""
     limit = launch["time_limit_s"]
     grace = float(launch.get("grace_s", 10.0))
     deadline = started + limit if limit else None
@@ -369,7 +372,7 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
     ending: JobState | None = None  # why we are stopping it, once we are
     kill_at: float | None = None
     while (rc := proc.poll()) is None:
-        now = time.time()
+        now = time.monotonic()
         if warning and warn_at is not None and ending is None and now >= warn_at:
             _deliver(proc.pid, warning.number, warning.batch_only)
             warn_at = None
@@ -394,7 +397,7 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
         elif ending is None:  # SIGTERM / SIGINT: a cancel, a preemption or `cancel --signal`
             stop = _stop_order(run_dir, grace)
             if not stop.no_kill:
-                ending, kill_at = JobState.CANCELLED, time.time() + stop.grace_s
+                ending, kill_at = JobState.CANCELLED, time.monotonic() + stop.grace_s
             _deliver(proc.pid, stop.signum, stop.batch_only)
     code = rc if rc >= 0 else 128 - rc
     if ending is not None:
