@@ -753,6 +753,14 @@ class Head:
             log.info("ignoring stale %s report for job %s run %s from %s", msg["event"],
                      msg["job_id"], msg["restart"], node.name)
             return
+        if node.name not in job.alloc:
+            # Issue 13 (report origin): only a node that holds the run speaks for it (each rank
+            # of a gang job for itself: results are kept per node); another node's report,
+            # forged or confused, is dropped (and acked, so it is not sent again).
+            log.warning("dropping %s report for job %d run %d from node %s, which does not hold "
+                        "it (it runs on %s)", msg["event"], job.id, job.restart_count, node.name,
+                        ",".join(job.alloc))
+            return
         if msg["event"] == protocol.STARTED:
             launch.confirmed.add(node.name)
         elif msg["event"] == protocol.FINISHED:
