@@ -60,6 +60,9 @@ MAX_GPUS_PER_NODE = 64
 #: A node's health problems shown in its drain reason: at most this many, this long each.
 MAX_HEALTH_PROBLEMS = 4
 MAX_HEALTH_TEXT = 200
+#: Drain reason of a node whose state disk is full (its heartbeat's `disk` follows): gqd lifts
+#: this drain, and no other, by itself once the node has room again.
+DISK_FULL = "node state disk full: "
 
 
 @dataclass
@@ -603,6 +606,8 @@ class Head:
         nodes = self._admin_nodes(msg, caller)
         if not msg["reason"].strip():
             raise UsageError("a drain needs a reason (--reason)")
+        if msg["reason"].startswith(DISK_FULL):  # so that no admin's drain is ever lifted
+            raise UsageError(f"drain reasons starting {DISK_FULL.strip()!r} are gqnode's own")
         for node in nodes:
             self._drain(node, msg["reason"])
         return {"nodes": [n.name for n in nodes]}
@@ -687,6 +692,7 @@ class Head:
             node.telemetry = {int(k): v for k, v in msg.get("telemetry", {}).items()
                               if str(k).isdigit() and isinstance(v, dict)}
             self._check_health(node, msg.get("health") or [], now)
+            self._check_disk(node, msg.get("disk") or "")
         elif kind == protocol.REPORT:
             self._report(node, msg, now)
             self.outbox_nodes.append((name, protocol.encode(protocol.ACK, seq=msg["seq"])))
@@ -745,6 +751,23 @@ class Head:
         for job in self._running_on(node.name):
             self._lose_job(job, now)
         self.dirty = True
+
+    def _check_disk(self, node: Node, problem: str) -> None:
+        """Issue 13 (disk-full drain): a node whose state disk is full takes no new jobs, but
+        its running jobs go on (their ends still reach us): drained with DISK_FULL, which is
+        lifted here once the node says it has room again. A node drained for anything else
+        (an admin, a health problem) is left as it is."""
+        ours = node.state == NodeState.DRAIN and node.drain_reason.startswith(DISK_FULL)
+        if problem and node.state == NodeState.UP:
+            reason = DISK_FULL + problem[:MAX_HEALTH_TEXT]
+            log.warning("node %s: %s; draining it, its jobs go on", node.name, reason)
+            self._drain(node, reason)
+            self.dirty = True
+        elif not problem and ours:
+            log.info("node %s has room on its state disk again: resumed", node.name)
+            node.state, node.reason, node.drain_reason = NodeState.UP, "", ""
+            self.store.save_node(node)
+            self.dirty = True
 
     def _report(self, node: Node, msg: dict[str, Any], now: float) -> None:
         job = self.jobs.get(msg["job_id"])

@@ -26,7 +26,7 @@ import zmq
 from gq import defaults, keys, protocol, service
 from gq.errors import GqError
 from gq.model import JobState
-from gq.node import shepherd, trash
+from gq.node import disk, shepherd, trash
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.outbox import Outbox
@@ -65,6 +65,7 @@ class NodeDaemon:
         self.cpus, self.mem = cpus, mem
         self.heartbeat_s = heartbeat_s
         self.outbox = Outbox(state_dir / "outbox")
+        self.disk = disk.StateDisk(state_dir)
         self.runs: dict[tuple[int, int], Run] = {}
         # `gqnode --virtual` gives all its identities one context and one set of signal flags.
         self._own_ctx = ctx is None
@@ -162,6 +163,7 @@ class NodeDaemon:
             self._check_adopted()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.heartbeat_s
+            self.disk.check(writes_ok=not self.outbox.unwritten)
             self._heartbeat()
         self._flush_outbox(now)
 
@@ -197,16 +199,20 @@ class NodeDaemon:
             self._launch(msg)
         except OSError as exc:
             # This node cannot start jobs (a full or broken disk, no more processes): a node
-            # fault. gqd requeues the job (within its --retries) and drains the node, whose
-            # heartbeats say so until gqnode restarts.
-            self.launch_problem = f"gqnode cannot launch jobs: {exc}"
-            log.error("job %d run %d: %s", msg["job_id"], msg["restart"], self.launch_problem)
+            # fault. gqd requeues the job (within its --retries) and drains the node: a full
+            # disk until it has room again (its other jobs go on), anything else until gqnode
+            # restarts (its heartbeats say so).
+            shutil.rmtree(self.jobs_dir / f".{msg['job_id']}.{msg['restart']}.tmp",
+                          ignore_errors=True)
+            problem = f"gqnode cannot launch jobs: {exc}"
+            if not self.disk.failed(exc):
+                self.launch_problem = problem
+            log.error("job %d run %d: %s", msg["job_id"], msg["restart"], problem)
             self._next_heartbeat = 0.0
-            with contextlib.suppress(OSError):
-                self.outbox.put({"node": self.name, "job_id": msg["job_id"],
-                                 "restart": msg["restart"], "event": protocol.FINISHED,
-                                 "state": JobState.NODE_FAIL.value, "exit_code": None,
-                                 "time": time.time(), "note": self.launch_problem})
+            self.outbox.put({"node": self.name, "job_id": msg["job_id"],
+                             "restart": msg["restart"], "event": protocol.FINISHED,
+                             "state": JobState.NODE_FAIL.value, "exit_code": None,
+                             "time": time.time(), "note": problem})
 
     def _launch(self, msg: dict[str, Any]) -> None:
         key = (msg["job_id"], msg["restart"])
@@ -216,6 +222,8 @@ class NodeDaemon:
         tmp = self.jobs_dir / f".{run_dir.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
+        # Room for the record's lines (the final status above all) even if the disk fills up.
+        disk.reserve(tmp / shepherd.RECORD_FILE, defaults.RUN_RECORD_RESERVE_BYTES)
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
         # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
         # either way). The order needs no atomic write either: its directory is renamed whole.
@@ -300,19 +308,30 @@ class NodeDaemon:
     # ------------------------------------------------------------ messages out
 
     def _heartbeat(self) -> None:
+        # health: faults that make results suspect (gqd drains the node and requeues its jobs);
+        # disk: a full state disk (gqd drains it until the problem is gone; its jobs go on).
         self._send(protocol.HEARTBEAT, node=self.name,
                    telemetry={str(k): v for k, v in self.gpu_source.telemetry().items()},
                    health=self.gpu_source.health()
                    + ([self.health.problem] if self.health and self.health.problem else [])
-                   + ([self.launch_problem] if self.launch_problem else []))
+                   + ([self.launch_problem] if self.launch_problem else []),
+                   disk=self.disk.problem)
 
     def _flush_outbox(self, now: float) -> None:
+        held = self.outbox.unwritten
         try:
             self.outbox.commit()  # this turn's reports, in one durable write
         except OSError as exc:
-            # Left queued and unsent (gqd would ack them) until a later turn writes them; the
-            # node cannot run jobs reliably meanwhile, so gqd is told to drain it.
-            if not self.launch_problem:
+            # Sent all the same, from memory, and written by a later turn. A full disk drains
+            # the node and nothing more; another failure is a broken disk, a node fault.
+            if not held:
+                log.warning("cannot write the outbox (%s): its reports are sent from memory "
+                            "until it can", exc)
+            had = self.disk.problem
+            if self.disk.failed(exc):
+                if not had:
+                    self._next_heartbeat = 0.0
+            elif not self.launch_problem:
                 self.launch_problem = f"gqnode cannot write its outbox: {exc}"
                 log.error("%s", self.launch_problem)
                 self._next_heartbeat = 0.0

@@ -14,6 +14,7 @@ Signals gqnode sends the shepherd: SIGTERM stop gracefully, as the run's stop or
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import io
 import json
@@ -51,6 +52,9 @@ _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
 #: When nothing else is due, the shepherd still wakes this often (seconds) to re-check its child.
 _IDLE_WAKE_S = 60.0
 _PR_SET_CHILD_SUBREAPER = 36
+#: Longest note kept in a status (gqd keeps as much), and how often a status that found the disk
+#: full is tried again, in seconds.
+_MAX_NOTE, _STATUS_RETRY_S = 1000, 1.0
 
 
 def _libc_prctl() -> Any:
@@ -136,8 +140,15 @@ def record(run_dir: Path, tag: str, text: str, durable: bool = False) -> None:
     gqnode and the shepherd never mix). `durable`: on disk, and the record in its directory,
     before this returns."""
     fd = _open_ours(run_dir / RECORD_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    line = f"{tag} {text}\n".encode()
     try:
-        os.write(fd, f"{tag} {text}\n".encode())
+        end = os.fstat(fd).st_size
+        try:
+            if os.write(fd, line) != len(line):  # out of space part-way: ENOSPC comes next
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / RECORD_FILE))
+        except OSError:
+            os.ftruncate(fd, end)  # no half line for the next append to run on from
+            raise
         if durable:
             os.fsync(fd)
     finally:
@@ -561,9 +572,17 @@ def _note(launch: dict[str, Any], text: str) -> None:
 
 def _write_status(run_dir: Path, state: JobState, code: int | None, started: float,
                   note: str = "") -> None:
+    """The run's only result: on a full disk (past what gqnode reserved for the record, see
+    gq.node.disk), the shepherd waits for space rather than end without it, a lost run."""
     status = {"state": state.value, "exit_code": code, "start_time": started,
-              "end_time": time.time(), "note": note}
-    record(run_dir, "status", json.dumps(status), durable=True)
+              "end_time": time.time(), "note": note[:_MAX_NOTE]}
+    while True:
+        try:
+            return record(run_dir, "status", json.dumps(status), durable=True)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            time.sleep(_STATUS_RETRY_S)
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:
