@@ -61,12 +61,16 @@ class StateDisk:
     def __init__(self, path: Path, min_free: int = defaults.NODE_MIN_FREE_BYTES):
         self.path, self.min_free = path, min_free
         self.problem = ""
+        #: Free bytes it takes to have room again: min_free, or min_free more than there were
+        #: when a write failed (one bigger than min_free, a big launch, would fail again).
+        self.need = min_free
         self.check(writes_ok=True)
 
     def failed(self, exc: OSError) -> bool:
         """A write to the state disk failed: True if for want of space (the disk is full now)."""
         if exc.errno not in SPACE_ERRORS:
             return False
+        self.need = max(self.need, self._free() + self.min_free)
         self._set(self.problem or f"{os.strerror(exc.errno)} on {self.path}")
         return True
 
@@ -77,7 +81,10 @@ class StateDisk:
         if free < self.min_free:
             return self._set(self.problem or f"under {format_size(self.min_free)} free on "
                              f"{self.path}")
-        return self._set("" if writes_ok else self.problem)
+        if free < self.need or not writes_ok:
+            return False
+        self.need = self.min_free
+        return self._set("")
 
     def _free(self) -> int:
         try:

@@ -156,6 +156,9 @@ def test_jobs_filling_the_node_disk_keep_their_results_and_the_node_comes_back(
     assert "cannot write the outbox ([Errno 28] No space left on device" in live.log("node1")
     assert live.show(waiting)["state"] == "PENDING", "no new job on a full node"
     assert _node(live)["state"] == "DRAIN"
+    # That reason is gqnode's to give (and gqd's to lift): no admin's drain can take it.
+    posed = live.gq("admin", "drain", "node1", "--reason", "node state disk full: not really")
+    assert posed.returncode != 0 and "gqnode's own" in posed.stderr, posed
 
     for filler in state.glob("filler.*"):
         filler.unlink()
