@@ -172,7 +172,7 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
     for member in members:
         if read_alive(layout.node_pid(member["name"])) is None:
             fake = ["--fake-gpus", member["fake_gpus"]] if member["fake_gpus"] else []
-            _spawn(["gq.node.daemon", "--config", str(layout.config), "--name", member["name"],
+            _spawn(["gq.node.main", "--config", str(layout.config), "--name", member["name"],
                     "--addr", "127.0.0.1", *fake], layout.log(member["name"]))
             started.append(member["name"])
             say(f"started gqnode {member['name']} "

@@ -15,6 +15,13 @@ HEALTH_CHECK_INTERVAL_S = 60.0
 HEALTH_CHECK_TIMEOUT_S = 60.0
 #: How often gqnode resends unacknowledged reports from its outbox, in seconds.
 OUTBOX_RESEND_S = 2.0
+#: A node whose state disk has less free than this, in bytes, takes no new jobs (drained until
+#: it has this much again; its running jobs go on).
+NODE_MIN_FREE_BYTES = 1024 * 1024
+#: Disk reserved for each run's record when the run is created, in bytes: room for the lines
+#: the record gets (pids, the final status with a note of up to 1,000 characters) on a disk
+#: that has filled up meanwhile.
+RUN_RECORD_RESERVE_BYTES = 8192
 #: How long the CLI waits for a reply before it calls the head unreachable, in seconds.
 CLIENT_TIMEOUT_S = 15.0
 #: Jobs the client asks for in one page of a listing (`gq queue`, `gq history`); gqd sends

@@ -18,9 +18,13 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
         os.unlink(tmp)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
-        os.write(fd, data)
+        _write_all(fd, data)
         if durable:
             os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # on a full disk, what it got of the file is space it needs
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -31,3 +35,11 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
         os.fsync(dir_fd)  # the rename itself must survive a power cut
     finally:
         os.close(dir_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`: a write that runs out of space stores what fits and says nothing
+    (the next one raises ENOSPC), and a file cut short must never replace a whole one."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

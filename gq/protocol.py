@@ -130,7 +130,10 @@ SCHEMAS: dict[str, Schema] = {
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                "mem": (_INT, True), "running": (_LIST, True), "gpu_source": (_STR, False),
                "addr": (_STR, False)},
-    HEARTBEAT: {"node": (_STR, True), "telemetry": (_DICT, False), "health": (_LIST, False)},
+    # disk: why the node's state disk cannot take a job ("" or absent: it can); gqd drains the
+    # node while it says so and lets its running jobs go on (health problems stop them).
+    HEARTBEAT: {"node": (_STR, True), "telemetry": (_DICT, False), "health": (_LIST, False),
+                "disk": (_OPT_STR, False)},
     REPORT: {"node": (_STR, True), "seq": (_INT, True), "job_id": (_INT, True),
              "restart": (_INT, True), "event": (_STR, True), "state": (_OPT_STR, False),
              "exit_code": (_OPT_INT, False), "time": (_NUM, True), "note": (_OPT_STR, False)},

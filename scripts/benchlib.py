@@ -468,7 +468,7 @@ class VirtualFleet:
         for base, n in self.groups:
             with open(logs / f"{base}.log", "ab") as out:
                 self.procs[base] = subprocess.Popen(
-                    ["nice", "-n", str(self.nice), sys.executable, "-m", "gq.node.daemon",
+                    ["nice", "-n", str(self.nice), sys.executable, "-m", "gq.node.main",
                      "--config", self.pc.cfg.path,
                      "--name", base, "--virtual", str(n), "--fake-gpus", self.gpus,
                      "--addr", "127.0.0.1"], stdin=subprocess.DEVNULL, stdout=out, stderr=out,

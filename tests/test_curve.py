@@ -31,7 +31,7 @@ def _node_state(live: LiveCluster, name: str) -> str | None:
 def _gqnode(live: LiveCluster, config: Path, name: str, state_dir: Path) -> subprocess.Popen:
     with open(live.root / f"{state_dir.name}.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "gq.node.daemon", "--config", str(config), "--name", name,
+            [sys.executable, "-m", "gq.node.main", "--config", str(config), "--name", name,
              "--state-dir", str(state_dir), "--fake-gpus", "2"],
             env=live.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True)

@@ -34,7 +34,9 @@ T0 = 1_000_000.0
 def _head() -> Head:
     cfg = Config(path="")
     cfg.qos["free"].max_running_per_user = 2  # so that the limits' screen has work too
-    head = Head(cfg, Store(":memory:"), T0)
+    # Time here is what the test says it is, for the head's timers too (gqd's run on the
+    # monotonic clock).
+    head = Head(cfg, Store(":memory:"), T0, steady=lambda now: now)
     for name in NODES:
         _register(head, name, T0, running=[])
     return head

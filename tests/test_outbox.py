@@ -1,4 +1,5 @@
-"""gqnode's outbox: reports are written in groups, sent only once on disk, and kept until acked."""
+"""gqnode's outbox: reports are written in groups, sent once on disk (from memory when the disk
+is full), and kept until acked."""
 
 from __future__ import annotations
 
@@ -51,16 +52,26 @@ def test_reports_of_an_older_gqnode_one_per_file_are_read(tmp_path: Path) -> Non
     assert _files(tmp_path) == []
 
 
-def test_a_failed_commit_keeps_the_reports_queued(tmp_path: Path) -> None:
+def test_a_failed_commit_sends_from_memory_and_writes_once_it_can(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "box")
-    seq = box.put({"job_id": 1})
-    (tmp_path / "box").rmdir()  # the write fails as on a broken disk
+    first, second = box.put({"job_id": 1}), box.put({"job_id": 2})
+    (tmp_path / "box").rmdir()  # the write fails as on a full disk
     with pytest.raises(OSError):
         box.commit()
-    assert box.due(0.0, 2.0) == []
-    (tmp_path / "box").mkdir()
+    assert [e["seq"] for e in box.due(0.0, 2.0)] == [first, second], "sent at once, from memory"
+    assert box.unwritten == 2 and len(box) == 2
+    assert box.ack(first) == {"job_id": 1, "seq": first}  # gqd has it: it is never written
+    third = box.put({"job_id": 3})
+    (tmp_path / "box").mkdir()  # space again
     box.commit()
-    assert [e["seq"] for e in box.due(0.0, 2.0)] == [seq]
+    assert box.unwritten == 0 and len(_files(tmp_path / "box")) == 1
+    # What gqd has not acked is on disk now: a restart from here loses none of it.
+    assert [e["job_id"] for e in Outbox(tmp_path / "box").entries()] == [2, 3]
+    assert [e["seq"] for e in box.due(1.0, 2.0)] == [third], "the others were sent already"
+    assert [e["seq"] for e in box.due(2.0, 2.0)] == [second], "and are resent until acked"
+    box.ack(second)
+    box.ack(third)
+    assert _files(tmp_path / "box") == []
 
 
 class _NoSignals:

@@ -3,12 +3,16 @@ gqnodes, which a restarted gqnode must still read for runs they started."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from gq.node import shepherd
+from gq import defaults
+from gq.node import disk, shepherd
 
 
 def test_facts_are_read_back_by_tag_the_last_line_of_each_winning(tmp_path: Path) -> None:
@@ -103,3 +107,36 @@ def test_a_job_its_shepherd_never_recorded_is_found_by_its_environment(tmp_path:
             proc.kill()
             proc.wait()
     assert not shepherd.kill_orphaned_job(tmp_path)  # nothing left of it
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path):  # noqa: ANN201
+    """A 1 MiB tmpfs with a run's record reserved on it, then filled to the last byte."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI is root)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "gq-record", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        disk.reserve(mount / shepherd.RECORD_FILE, defaults.RUN_RECORD_RESERVE_BYTES)
+        with open(mount / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+def test_the_status_is_written_on_a_full_disk_and_a_line_that_does_not_fit_is_none(
+        full_disk: Path) -> None:
+    shepherd.record(full_disk, "shepherd", "101 1700000000.5")
+    shepherd.record(full_disk, "status", '{"state": "FAILED", "exit_code": 3}', durable=True)
+    assert shepherd.read_status(full_disk) == {"state": "FAILED", "exit_code": 3}
+    with pytest.raises(OSError) as raised:  # past the reserve: what got written is taken back
+        shepherd.record(full_disk, "status", '"' + "x" * defaults.RUN_RECORD_RESERVE_BYTES + '"')
+    assert raised.value.errno == errno.ENOSPC
+    shepherd.record(full_disk, "job", "102 1700000000.75")  # the next line starts whole
+    assert shepherd.read_pid(full_disk, "job", shepherd.JOB_PID_FILE) == (102, 1700000000.75)
+    assert shepherd.read_status(full_disk) == {"state": "FAILED", "exit_code": 3}

@@ -25,7 +25,7 @@ def virtual_gqnode(live: LiveCluster, base: str, count: int, gpus: str
     cfg = live.config()
     keys.ensure(Path(cfg.auth.key_dir), names(base, count))
     log = open(live.layout.log(base), "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "gq.node.daemon", "--config",
+    proc = subprocess.Popen([sys.executable, "-m", "gq.node.main", "--config",
                              str(live.config_path), "--name", base, "--virtual", str(count),
                              "--fake-gpus", gpus, "--addr", "127.0.0.1"],
                             env=live.env, stdout=log, stderr=log)
@@ -84,7 +84,7 @@ def test_three_virtual_nodes_register_run_jobs_and_go_down_together(tmp_path: Pa
 
 
 def test_virtual_needs_fake_gpus(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "gq.node.daemon", "--virtual", "4",
+    proc = subprocess.run([sys.executable, "-m", "gq.node.main", "--virtual", "4",
                            "--state-dir", str(tmp_path)], capture_output=True, text=True,
                           timeout=30)
     assert proc.returncode == 2 and "--virtual" in proc.stderr and "--fake-gpus" in proc.stderr

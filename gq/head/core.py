@@ -12,6 +12,7 @@ import heapq
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,9 @@ CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
 #: A node's health problems shown in its drain reason: at most this many, this long each.
 MAX_HEALTH_PROBLEMS = 4
 MAX_HEALTH_TEXT = 200
+#: Drain reason of a node whose state disk is full (its heartbeat's `disk` follows): gqd lifts
+#: this drain, and no other, by itself once the node has room again.
+DISK_FULL = "node state disk full: "
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Parked:
     client: Any
     rid: int
     ids: list[int]
+    #: On the steady clock (Head.steady).
     deadline: float
 
 
@@ -86,6 +91,7 @@ class _Intake:
 class Launch:
     """Bookkeeping for a job run the head has sent out: which nodes still hold it."""
 
+    #: On the steady clock (Head.steady).
     sent_at: float
     confirmed: set[str] = field(default_factory=set)
     holding: set[str] = field(default_factory=set)
@@ -93,8 +99,18 @@ class Launch:
     results: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
 
+def _monotonic(now: float) -> float:
+    return time.monotonic()
+
+
 class Head:
-    def __init__(self, cfg: Config, store: Store, now: float):
+    def __init__(self, cfg: Config, store: Store, now: float,
+                 steady: Callable[[float], float] = _monotonic):
+        # Issue 13 (monotonic clocks): every interval the head measures (node liveness, launch
+        # resends, parked waits) is on `steady(now)`, time.monotonic() in gqd, so that a step of
+        # the wall clock marks no node DOWN and holds back no resend; `now` (wall time) stays
+        # what is shown and stored as a date. Tests that drive time by hand pass the identity.
+        self.steady = steady
         self.store = store
         self.configure(cfg)
         self.outbox_nodes: list[tuple[str, bytes]] = []
@@ -139,6 +155,8 @@ class Head:
                 node.state, node.reason = NodeState.DOWN, "not registered since gqd started"
             self.nodes[node.name] = node
         self.registered: set[str] = set()
+        #: Node name -> when it was last heard from (steady clock): its liveness.
+        self.heard: dict[str, float] = {}
         self.reservations: dict[int, Reservation] = {}
         self.usage = Usage(self.cfg.scheduler.fairshare_half_life_s)
         for job in self.store.finished_jobs(since=now - 4 * self.usage.half_life_s, limit=100_000):
@@ -562,6 +580,8 @@ class Head:
         nodes = self._admin_nodes(msg, caller)
         if not msg["reason"].strip():
             raise UsageError("a drain needs a reason (--reason)")
+        if msg["reason"].startswith(DISK_FULL):  # so that no admin's drain is ever lifted
+            raise UsageError(f"drain reasons starting {DISK_FULL.strip()!r} are gqnode's own")
         for node in nodes:
             self._drain(node, msg["reason"])
         return {"nodes": [n.name for n in nodes]}
@@ -604,15 +624,17 @@ class Head:
         if all(j.state.terminal for j in jobs):
             return {"done": True, "jobs": [j.to_json() for j in self._shown(jobs, now)]}
         timeout = min(float(msg.get("park_s", defaults.WAIT_POLL_S)), 300.0)
-        self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids, deadline=now + timeout))
+        self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids,
+                                  deadline=self.steady(now) + timeout))
         return None
 
     def _answer_parked(self, now: float) -> None:
         keep = []
+        steady = self.steady(now)
         for p in self.parked:
             jobs = [self.jobs.get(i) or self.store.get_job(i) for i in p.ids]
             done = all(j is None or j.state.terminal for j in jobs)
-            if done or now >= p.deadline:
+            if done or steady >= p.deadline:
                 self.deferred.append((p.client, protocol.ok(
                     p.rid, done=done,
                     jobs=[j.to_json() for j in self._shown(filter(None, jobs), now)])))
@@ -634,7 +656,8 @@ class Head:
             self.outbox_nodes.append((name, protocol.encode(protocol.REREGISTER)))
             return
         node = self.nodes[name]
-        node.last_seen = now
+        node.last_seen = now  # shown; liveness is `heard`
+        self.heard[name] = self.steady(now)
         if node.state == NodeState.DOWN:
             node.state, node.reason = NodeState.UP, ""
             self.store.save_node(node)
@@ -643,6 +666,7 @@ class Head:
             node.telemetry = {int(k): v for k, v in msg.get("telemetry", {}).items()
                               if str(k).isdigit() and isinstance(v, dict)}
             self._check_health(node, msg.get("health") or [], now)
+            self._check_disk(node, msg.get("disk") or "")
         elif kind == protocol.REPORT:
             self._report(node, msg, now)
             self.outbox_nodes.append((name, protocol.encode(protocol.ACK, seq=msg["seq"])))
@@ -659,6 +683,7 @@ class Head:
             node.state, node.reason, node.drain_reason = NodeState.DRAIN, drain, drain
         self.nodes[name] = node
         self.registered.add(name)
+        self.heard[name] = self.steady(now)
         self.store.save_node(node)
         self.dirty = True
         log.info("node %s registered: %d GPUs (%s)", name, len(gpus), msg.get("gpu_source", "?"))
@@ -669,7 +694,7 @@ class Head:
             if job and job.state == JobState.RUNNING and job.restart_count == restart \
                     and name in job.alloc:
                 if job_id not in self.launches:
-                    self.launches[job_id] = Launch(now, holding=set(job.alloc))
+                    self.launches[job_id] = Launch(self.steady(now), holding=set(job.alloc))
                     self._remind(job_id)
                 self.launches[job_id].confirmed.add(name)
             else:
@@ -701,12 +726,37 @@ class Head:
             self._lose_job(job, now)
         self.dirty = True
 
+    def _check_disk(self, node: Node, problem: str) -> None:
+        """Issue 13 (disk-full drain): a node whose state disk is full takes no new jobs, but
+        its running jobs go on (their ends still reach us): drained with DISK_FULL, which is
+        lifted here once the node says it has room again. A node drained for anything else
+        (an admin, a health problem) is left as it is."""
+        ours = node.state == NodeState.DRAIN and node.drain_reason.startswith(DISK_FULL)
+        if problem and node.state == NodeState.UP:
+            reason = DISK_FULL + problem[:MAX_HEALTH_TEXT]
+            log.warning("node %s: %s; draining it, its jobs go on", node.name, reason)
+            self._drain(node, reason)
+            self.dirty = True
+        elif not problem and ours:
+            log.info("node %s has room on its state disk again: resumed", node.name)
+            node.state, node.reason, node.drain_reason = NodeState.UP, "", ""
+            self.store.save_node(node)
+            self.dirty = True
+
     def _report(self, node: Node, msg: dict[str, Any], now: float) -> None:
         job = self.jobs.get(msg["job_id"])
         launch = self.launches.get(msg["job_id"])
         if job is None or launch is None or job.restart_count != msg["restart"]:
             log.info("ignoring stale %s report for job %s run %s from %s", msg["event"],
                      msg["job_id"], msg["restart"], node.name)
+            return
+        if node.name not in job.alloc:
+            # Issue 13 (report origin): only a node that holds the run speaks for it (each rank
+            # of a gang job for itself: results are kept per node); another node's report,
+            # forged or confused, is dropped (and acked, so it is not sent again).
+            log.warning("dropping %s report for job %d run %d from node %s, which does not hold "
+                        "it (it runs on %s)", msg["event"], job.id, job.restart_count, node.name,
+                        ",".join(job.alloc))
             return
         if msg["event"] == protocol.STARTED:
             launch.confirmed.add(node.name)
@@ -788,11 +838,12 @@ class Head:
     def tick(self, now: float) -> None:
         """Timers: node timeouts, unconfirmed launches, parked waits."""
         timeout = self.cfg.head.node_timeout_s
+        steady = self.steady(now)
         for node in self.nodes.values():
-            if node.name in self.registered and node.state != NodeState.DOWN \
-                    and now - node.last_seen > timeout:
-                self.node_down(node, f"no heartbeat for {now - node.last_seen:.0f}s", now)
-        while self.resends and now - self.resends[0][0] > LAUNCH_RESEND_S:
+            silent = steady - self.heard.get(node.name, steady)
+            if node.name in self.registered and node.state != NodeState.DOWN and silent > timeout:
+                self.node_down(node, f"no heartbeat for {silent:.0f}s", now)
+        while self.resends and steady - self.resends[0][0] > LAUNCH_RESEND_S:
             sent_at, job_id = heapq.heappop(self.resends)
             launch, job = self.launches.get(job_id), self.jobs.get(job_id)
             # Once its job stops running or all its nodes confirmed, a launch is never resent.
@@ -904,7 +955,7 @@ class Head:
             job.alloc = {n: list(g) for n, g in start.alloc.items()}
             job.holds_alloc = True
             self._save(job, "state", "reason", "start_time", "alloc", "holds_alloc")
-            self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))
+            self.launches[job.id] = Launch(sent_at=self.steady(now), holding=set(job.alloc))
             self._send_launch(job, now)
 
     def _view(self, job: Job) -> PendingJob:
@@ -1014,7 +1065,7 @@ class Head:
         heapq.heappush(self.resends, (self.launches[job_id].sent_at, job_id))
 
     def _send_launch(self, job: Job, now: float, only: set[str] | None = None) -> None:
-        self.launches[job.id].sent_at = now
+        self.launches[job.id].sent_at = self.steady(now)
         self._remind(job.id)
         nodelist = list(job.alloc)
         job_json = job.to_json()

@@ -41,6 +41,8 @@ class HeadServer:
         self.cfg = cfg
         self.store = store
         self.head = Head(cfg, store, time.time())
+        # Issue 13 (monotonic clocks): schedule_after and pass_after are time.monotonic(), so a
+        # step of the wall clock cannot hold back passes for the hour it stepped.
         #: No scheduling pass before this time (set after a failed commit).
         self.schedule_after = 0.0
         #: No pass for node events (job ends) before this time, the spacing after the last pass;
@@ -140,12 +142,12 @@ class HeadServer:
         while True:
             pass_at = max(self.schedule_after, self.pass_after)
             # A submit in the works goes on at once, in the turn's slice after the messages.
-            due = self.head.dirty and time.time() >= pass_at or self.head.submits.busy
+            due = self.head.dirty and time.monotonic() >= pass_at or self.head.submits.busy
             tick = defaults.LOOP_TICK_S
             if self.head.wake_at is not None:  # a --begin time: wake for it, not a tick late
                 tick = min(tick, max(0.0, self.head.wake_at - time.time()))
             if self.head.dirty and not due:  # the pass waits out its spacing: wake for it
-                tick = min(tick, max(0.0, pass_at - time.time()))
+                tick = min(tick, max(0.0, pass_at - time.monotonic()))
             timeout_ms = 0 if due else math.ceil(tick * 1000)
             asked = time.monotonic()
             events = dict(self.poller.poll(timeout_ms))
@@ -228,8 +230,9 @@ class HeadServer:
                 if submits.work():
                     self.client_changed = True  # its jobs are seen by a pass before the answer
                 self.head.tick(now)
-                if self.head.dirty and now >= self.schedule_after and (
-                        self.client_changed or now >= self.pass_after):
+                steady = time.monotonic()
+                if self.head.dirty and steady >= self.schedule_after and (
+                        self.client_changed or steady >= self.pass_after):
                     started = time.perf_counter()
                     self.head.schedule(now)
                     took = time.perf_counter() - started
@@ -237,12 +240,12 @@ class HeadServer:
                         self.metrics.pass_seconds.observe(took)
                     # A pass costs O(queue): the next waits PASS_SPACING times as long, so a
                     # burst of job ends is one pass, not one each (on a small queue, no wait).
-                    self.pass_after = time.time() + took * defaults.PASS_SPACING
+                    self.pass_after = time.monotonic() + took * defaults.PASS_SPACING
         except StoreError as exc:
             log.error("%s (a batch of %d requests and %d node messages)", exc, len(requests),
                       len(node_msgs))
             self.head.load(now)
-            self.schedule_after = now + defaults.STORE_RETRY_S
+            self.schedule_after = time.monotonic() + defaults.STORE_RETRY_S
             self.head.deferred.clear()
             answers, submitted = submits.aborted(exc)
             replies = [(r, protocol.error(_rid_of(r.payload), exc.code, str(exc)), False)

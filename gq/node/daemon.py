@@ -13,8 +13,6 @@ import math
 import os
 import shutil
 import signal
-import socket
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,15 +23,13 @@ import msgpack
 import psutil
 import zmq
 
-from gq import config as config_mod
 from gq import defaults, keys, protocol, service
-from gq.errors import ExitStatus, GqError
-from gq.model import JobState, parse_size
-from gq.node import shepherd, trash
-from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
+from gq.errors import GqError
+from gq.model import JobState
+from gq.node import disk, shepherd, trash
+from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.outbox import Outbox
-from gq.pidfile import acquire
 
 log = logging.getLogger("gq.node")
 
@@ -69,6 +65,7 @@ class NodeDaemon:
         self.cpus, self.mem = cpus, mem
         self.heartbeat_s = heartbeat_s
         self.outbox = Outbox(state_dir / "outbox")
+        self.disk = disk.StateDisk(state_dir)
         self.runs: dict[tuple[int, int], Run] = {}
         # `gqnode --virtual` gives all its identities one context and one set of signal flags.
         self._own_ctx = ctx is None
@@ -134,7 +131,7 @@ class NodeDaemon:
         log.info("gqnode %s up: %d GPUs (%s), head %s", self.name, len(self.gpus),
                  self.gpu_source.kind, self.head_addr)
         while True:
-            timeout = max(0.0, self.due() - time.time())
+            timeout = max(0.0, self.due() - time.monotonic())
             events = dict(poller.poll(int(timeout * 1000) + 1))
             self.signals.drain()
             if self.signals.stop_requests:
@@ -148,7 +145,9 @@ class NodeDaemon:
             self.step(self.sock in events)
 
     def due(self) -> float:
-        """When the loop next has a timer to serve (epoch seconds)."""
+        """When the loop next has a timer to serve (time.monotonic() seconds: every timer of
+        gqnode's counts on the monotonic clock, so a step of the wall clock neither silences its
+        heartbeats nor holds back its reports)."""
         return min(self._next_heartbeat, self._next_adopted_check,
                    self.health.due() if self.health else math.inf)
 
@@ -156,7 +155,7 @@ class NodeDaemon:
         """One turn of the loop after a wake: messages in, timers, reports out."""
         if readable:
             self._receive()
-        now = time.time()
+        now = time.monotonic()
         if self.health and self.health.poll(now):
             self._next_heartbeat = now  # tell gqd at once
         if now >= self._next_adopted_check:
@@ -164,6 +163,7 @@ class NodeDaemon:
             self._check_adopted()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.heartbeat_s
+            self.disk.check(writes_ok=not self.outbox.unwritten)
             self._heartbeat()
         self._flush_outbox(now)
 
@@ -199,16 +199,20 @@ class NodeDaemon:
             self._launch(msg)
         except OSError as exc:
             # This node cannot start jobs (a full or broken disk, no more processes): a node
-            # fault. gqd requeues the job (within its --retries) and drains the node, whose
-            # heartbeats say so until gqnode restarts.
-            self.launch_problem = f"gqnode cannot launch jobs: {exc}"
-            log.error("job %d run %d: %s", msg["job_id"], msg["restart"], self.launch_problem)
+            # fault. gqd requeues the job (within its --retries) and drains the node: a full
+            # disk until it has room again (its other jobs go on), anything else until gqnode
+            # restarts (its heartbeats say so).
+            shutil.rmtree(self.jobs_dir / f".{msg['job_id']}.{msg['restart']}.tmp",
+                          ignore_errors=True)
+            problem = f"gqnode cannot launch jobs: {exc}"
+            if not self.disk.failed(exc):
+                self.launch_problem = problem
+            log.error("job %d run %d: %s", msg["job_id"], msg["restart"], problem)
             self._next_heartbeat = 0.0
-            with contextlib.suppress(OSError):
-                self.outbox.put({"node": self.name, "job_id": msg["job_id"],
-                                 "restart": msg["restart"], "event": protocol.FINISHED,
-                                 "state": JobState.NODE_FAIL.value, "exit_code": None,
-                                 "time": time.time(), "note": self.launch_problem})
+            self.outbox.put({"node": self.name, "job_id": msg["job_id"],
+                             "restart": msg["restart"], "event": protocol.FINISHED,
+                             "state": JobState.NODE_FAIL.value, "exit_code": None,
+                             "time": time.time(), "note": problem})
 
     def _launch(self, msg: dict[str, Any]) -> None:
         key = (msg["job_id"], msg["restart"])
@@ -218,6 +222,8 @@ class NodeDaemon:
         tmp = self.jobs_dir / f".{run_dir.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
+        # Room for the record's lines (the final status above all) even if the disk fills up.
+        disk.reserve(tmp / shepherd.RECORD_FILE, defaults.RUN_RECORD_RESERVE_BYTES)
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
         # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
         # either way). The order needs no atomic write either: its directory is renamed whole.
@@ -262,7 +268,7 @@ class NodeDaemon:
         """A child of this process ended: True if it was this node's (a run or a health check
         whose verdict changed), which then has news for gqd."""
         news = False
-        if self.health and self.health.reaped(pid, status, time.time()):
+        if self.health and self.health.reaped(pid, status, time.monotonic()):
             self._next_heartbeat = 0.0  # tell gqd at once
             news = True
         for run in list(self.runs.values()):
@@ -302,19 +308,30 @@ class NodeDaemon:
     # ------------------------------------------------------------ messages out
 
     def _heartbeat(self) -> None:
+        # health: faults that make results suspect (gqd drains the node and requeues its jobs);
+        # disk: a full state disk (gqd drains it until the problem is gone; its jobs go on).
         self._send(protocol.HEARTBEAT, node=self.name,
                    telemetry={str(k): v for k, v in self.gpu_source.telemetry().items()},
                    health=self.gpu_source.health()
                    + ([self.health.problem] if self.health and self.health.problem else [])
-                   + ([self.launch_problem] if self.launch_problem else []))
+                   + ([self.launch_problem] if self.launch_problem else []),
+                   disk=self.disk.problem)
 
     def _flush_outbox(self, now: float) -> None:
+        held = self.outbox.unwritten
         try:
             self.outbox.commit()  # this turn's reports, in one durable write
         except OSError as exc:
-            # Left queued and unsent (gqd would ack them) until a later turn writes them; the
-            # node cannot run jobs reliably meanwhile, so gqd is told to drain it.
-            if not self.launch_problem:
+            # Sent all the same, from memory, and written by a later turn. A full disk drains
+            # the node and nothing more; another failure is a broken disk, a node fault.
+            if not held:
+                log.warning("cannot write the outbox (%s): its reports are sent from memory "
+                            "until it can", exc)
+            had = self.disk.problem
+            if self.disk.failed(exc):
+                if not had:
+                    self._next_heartbeat = 0.0
+            elif not self.launch_problem:
                 self.launch_problem = f"gqnode cannot write its outbox: {exc}"
                 log.error("%s", self.launch_problem)
                 self._next_heartbeat = 0.0
@@ -362,63 +379,3 @@ def _alive(pid: int, started: float) -> bool:
         return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = service.parser("gqnode", "gq node daemon")
-    parser.add_argument("--head", help="gqd's node endpoint, e.g. tcp://head:6818")
-    parser.add_argument("--name", default=None, help="node name (default: the host name)")
-    parser.add_argument("--fake-gpus", default=None, metavar="SPEC",
-                        help="pretend to have these GPUs: 8, 8xh100:80G, 4xa100:40G,4xl4:24G")
-    parser.add_argument("--state-dir", default=None)
-    parser.add_argument("--addr", default=None, help="address other nodes reach this one at")
-    parser.add_argument("--virtual", type=int, default=0, metavar="N",
-                        help="TEST/BENCHMARK MODE, not for production: run N node identities "
-                        "NAME-v001... in this one process, each with its own state directory "
-                        "(under this one), CURVE key and --fake-gpus")
-    args = parser.parse_args(argv)
-    if args.virtual < 0 or (args.virtual and not args.fake_gpus):
-        # Real GPUs belong to one node: N identities sharing them would hand each out N times.
-        parser.error("--virtual takes a count of 1 or more, and needs --fake-gpus")
-    service.setup_logging(args.log_level)
-    try:
-        cfg = config_mod.load(args.config)
-        name = args.name or socket.gethostname().split(".")[0]
-        state_dir = Path((args.state_dir or cfg.node.state_dir).replace("{name}", name))
-        lock = acquire(state_dir / "gqnode.pid")
-        if args.virtual:
-            from gq.node.virtual import VirtualNodes
-            daemon: NodeDaemon | VirtualNodes = VirtualNodes(
-                lambda vname, ctx, signals: _node(args, cfg, vname, state_dir / vname, ctx,
-                                                  signals), name, args.virtual)
-        else:
-            daemon = _node(args, cfg, name, state_dir)
-    except (GqError, OSError, zmq.ZMQError) as exc:
-        log.error("gqnode cannot start: %s", exc)
-        return int(ExitStatus.START_FAILED)
-    try:
-        return daemon.run()
-    finally:
-        daemon.close()
-        os.close(lock)
-
-
-def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
-          ctx: zmq.Context | None = None, signals: service.Signals | None = None) -> NodeDaemon:
-    """The node `name` as the command line and configuration describe it."""
-    return NodeDaemon(
-        name=name, head=args.head or cfg.node.head, state_dir=state_dir,
-        gpus=open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE),
-        addr=args.addr or socket.gethostname(),
-        cpus=cfg.node.cpus or os.cpu_count() or 1,
-        mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
-        heartbeat_s=cfg.node.heartbeat_s,
-        curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
-        health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
-                           cfg.node.health_check_timeout_s, state_dir / "health-check.out",
-                           name)
-        if cfg.node.health_check else None, ctx=ctx, signals=signals)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -37,7 +37,7 @@ class HealthCheck:
         self.problem = ""
 
     def due(self) -> float:
-        """When `poll` has something to do next (epoch seconds)."""
+        """When `poll` has something to do next (time.monotonic() seconds, as every `now` here)."""
         return self.started + self.timeout_s if self.proc else self.next_run
 
     def poll(self, now: float) -> bool:

@@ -1,10 +1,14 @@
 """gqnode's durable outbox: each report is kept in a file until the head acks its sequence number.
 
 Reports put during one turn of gqnode's loop are written together, as one file, before the loop
-sends (`commit`; `due` offers only what is on disk): one fsync covers a burst of job starts and
-ends instead of one each, and still nothing is sent before it is on disk. A report put but not
-yet committed is lost with gqnode; the run's directory (its status file, written durably by the
-shepherd) is what a restarted gqnode re-derives such a report from.
+sends (`commit`; `due` offers only what commit has seen): one fsync covers a burst of job starts
+and ends instead of one each, and on a healthy disk nothing is sent before it is on disk. A
+report put but not yet committed is lost with gqnode; the run's directory (its status file,
+written durably by the shepherd) is what a restarted gqnode re-derives such a report from.
+
+When the disk is full, a commit fails and its reports are kept in memory instead, offered by
+`due` all the same (gqd's ack, not the disk, is what ends a report), and written by the first
+later commit that succeeds. Until then a restarted gqnode re-derives them as above.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class Outbox:
         self._file_of: dict[int, str] = {}
         #: Put, not yet on disk nor sent.
         self._staged: list[dict[str, Any]] = []
+        #: Seq -> entry of those a commit failed to write (also in _entries, offered by `due`).
+        self._unwritten: dict[int, dict[str, Any]] = {}
         for path in sorted(self.dir.glob("*.msg")):
             try:
                 data = msgpack.unpackb(path.read_bytes(), raw=False)
@@ -58,18 +64,31 @@ class Outbox:
         return seq
 
     def commit(self) -> None:
-        """Write the reports put since the last commit as one durable file. On an OSError (a
-        full disk) they stay queued, unsent, for the next try."""
-        if not self._staged:
+        """Write the reports put since the last commit, and those an earlier commit could not
+        write and gqd has not acked yet, as one durable file. On an OSError (a full disk) they
+        are kept in memory, offered by `due` all the same, and the error is raised."""
+        batch = [*self._unwritten.values(), *self._staged]  # in seq order: older ones first
+        if not batch:
             return
-        name = f"{self._staged[0]['seq']:016d}.msg"
-        write_atomic(self.dir / name, msgpack.packb(self._staged, use_bin_type=True))
-        self._add_file(name, self._staged)
         self._staged = []
+        name = f"{batch[0]['seq']:016d}.msg"
+        try:
+            write_atomic(self.dir / name, msgpack.packb(batch, use_bin_type=True))
+        except OSError:
+            for entry in batch:
+                self._entries[entry["seq"]] = self._unwritten[entry["seq"]] = entry
+            raise
+        self._unwritten.clear()
+        self._add_file(name, batch)
+
+    @property
+    def unwritten(self) -> int:
+        """How many reports gqd has not acked are only in memory (their commit failed)."""
+        return len(self._unwritten)
 
     def due(self, now: float, resend_after: float) -> list[dict[str, Any]]:
-        """Committed entries never sent, or sent longer than `resend_after` seconds ago without an
-        ack."""
+        """Committed entries (written or kept in memory) never sent, or sent longer than
+        `resend_after` seconds ago without an ack."""
         out = []
         for seq, entry in sorted(self._entries.items()):
             if now - self._sent_at.get(seq, -1e18) >= resend_after:
@@ -80,6 +99,7 @@ class Outbox:
     def ack(self, seq: int) -> dict[str, Any] | None:
         entry = self._entries.pop(seq, None)
         self._sent_at.pop(seq, None)
+        self._unwritten.pop(seq, None)
         name = self._file_of.pop(seq, None)
         if name is not None:
             left = self._files[name]

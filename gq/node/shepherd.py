@@ -14,6 +14,7 @@ Signals gqnode sends the shepherd: SIGTERM stop gracefully, as the run's stop or
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import io
 import json
@@ -51,6 +52,9 @@ _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
 #: When nothing else is due, the shepherd still wakes this often (seconds) to re-check its child.
 _IDLE_WAKE_S = 60.0
 _PR_SET_CHILD_SUBREAPER = 36
+#: Longest note kept in a status (gqd keeps as much), and how often a status that found the disk
+#: full is tried again, in seconds.
+_MAX_NOTE, _STATUS_RETRY_S = 1000, 1.0
 
 
 def _libc_prctl() -> Any:
@@ -136,8 +140,15 @@ def record(run_dir: Path, tag: str, text: str, durable: bool = False) -> None:
     gqnode and the shepherd never mix). `durable`: on disk, and the record in its directory,
     before this returns."""
     fd = _open_ours(run_dir / RECORD_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    line = f"{tag} {text}\n".encode()
     try:
-        os.write(fd, f"{tag} {text}\n".encode())
+        end = os.fstat(fd).st_size
+        try:
+            if os.write(fd, line) != len(line):  # out of space part-way: ENOSPC comes next
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / RECORD_FILE))
+        except OSError:
+            os.ftruncate(fd, end)  # no half line for the next append to run on from
+            raise
         if durable:
             os.fsync(fd)
     finally:
@@ -181,7 +192,8 @@ def run(run_dir: Path) -> int:
     launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
     signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     adopter = _adopt_orphans()
-    started = time.time()
+    started = time.time()  # for the status (a date); the limit counts from `began`
+    began = time.monotonic()
     try:
         proc = _start(run_dir, launch)
     except OSError as exc:
@@ -194,7 +206,7 @@ def run(run_dir: Path) -> int:
         import psutil
         # No fsync: the job's processes do not outlive a host crash either.
         record(run_dir, "job", f"{proc.pid} {psutil.Process(proc.pid).create_time()}")
-    state, code = _supervise(proc, launch, started, run_dir)
+    state, code = _supervise(proc, launch, began, run_dir)
     if not adopter or _children() != []:
         # Something of the job may be left; as the adopter of its orphans, having no children
         # proves that nothing is, which saves scanning every process on the host (most jobs).
@@ -359,7 +371,9 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
 def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float,
                run_dir: Path) -> tuple[JobState, int]:
     """Wait for the job, sending its --signal, enforcing its time limit and passing on stops;
-    (state, exit code)."""
+    (state, exit code). `started` and every timer are time.monotonic(): a step of the wall clock
+    (NTP, an admin's `date -s`) moves no limit or grace time. The shepherd holds them for the
+    whole run, also while a restarted gqnode adopts it."""
     limit = launch["time_limit_s"]
     grace = float(launch.get("grace_s", 10.0))
     deadline = started + limit if limit else None
@@ -369,7 +383,7 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
     ending: JobState | None = None  # why we are stopping it, once we are
     kill_at: float | None = None
     while (rc := proc.poll()) is None:
-        now = time.time()
+        now = time.monotonic()
         if warning and warn_at is not None and ending is None and now >= warn_at:
             _deliver(proc.pid, warning.number, warning.batch_only)
             warn_at = None
@@ -394,7 +408,7 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
         elif ending is None:  # SIGTERM / SIGINT: a cancel, a preemption or `cancel --signal`
             stop = _stop_order(run_dir, grace)
             if not stop.no_kill:
-                ending, kill_at = JobState.CANCELLED, time.time() + stop.grace_s
+                ending, kill_at = JobState.CANCELLED, time.monotonic() + stop.grace_s
             _deliver(proc.pid, stop.signum, stop.batch_only)
     code = rc if rc >= 0 else 128 - rc
     if ending is not None:
@@ -558,9 +572,17 @@ def _note(launch: dict[str, Any], text: str) -> None:
 
 def _write_status(run_dir: Path, state: JobState, code: int | None, started: float,
                   note: str = "") -> None:
+    """The run's only result: on a full disk (past what gqnode reserved for the record, see
+    gq.node.disk), the shepherd waits for space rather than end without it, a lost run."""
     status = {"state": state.value, "exit_code": code, "start_time": started,
-              "end_time": time.time(), "note": note}
-    record(run_dir, "status", json.dumps(status), durable=True)
+              "end_time": time.time(), "note": note[:_MAX_NOTE]}
+    while True:
+        try:
+            return record(run_dir, "status", json.dumps(status), durable=True)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            time.sleep(_STATUS_RETRY_S)
 
 
 def read_status(run_dir: Path) -> dict[str, Any] | None:

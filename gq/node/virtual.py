@@ -55,7 +55,7 @@ class VirtualNodes:
                  len(self.nodes), self.nodes[0].name, self.nodes[-1].name,
                  len(self.nodes[0].gpus))
         while True:
-            timeout = max(0.0, min(n.due() for n in self.nodes) - time.time())
+            timeout = max(0.0, min(n.due() for n in self.nodes) - time.monotonic())
             readable = {by_sock[s] for s, _ in poller.poll(int(timeout * 1000) + 1)
                         if s in by_sock}
             self.signals.drain()
@@ -68,7 +68,7 @@ class VirtualNodes:
                 self.signals.child_exited = False
                 for pid, status in reap_children():
                     woken.update(n for n in self.nodes if n.reaped(pid, status))
-            now = time.time()
+            now = time.monotonic()
             # Only the identities with news or a timer due take a turn, as each would wake
             # alone on its own host.
             for node in self.nodes:
@@ -80,7 +80,7 @@ class VirtualNodes:
         """Serve the timers (heartbeats above all) that came due while another identity
         worked: launching its jobs forks a shepherd each, and a host's worth for each of many
         identities in one pass would otherwise keep the rest silent past gqd's node timeout."""
-        now = time.time()
+        now = time.monotonic()
         for node in self.nodes:
             if node.due() <= now:
                 node.step(False)

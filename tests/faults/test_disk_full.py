@@ -1,40 +1,66 @@
-"""Fault 6: gqd's state directory on a full filesystem: submits are refused, nothing is lost."""
+"""Fault 6: a full file system. gqd's state directory full: submits are refused, nothing is lost.
+A node's state directory full (its jobs filled it): the node takes no new jobs, its running jobs
+go on and each end is recorded once with its own exit code, and it takes jobs again by itself
+once it has room."""
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from gq.cluster import write_config
-from tests.conftest import LiveCluster, prepare, running
+from tests.conftest import LiveCluster, prepare, running, wait_for
 
 #: Big enough for gqd's database and WAL with a few jobs, small enough to fill in an instant.
 TMPFS_SIZE = "2M"
+#: The node's: its state with a few runs, and the 1 MiB free it needs to take jobs.
+NODE_TMPFS_SIZE = "4M"
 CHUNK = 64 * 1024
+
+
+@contextlib.contextmanager
+def _small_disk(tmp_path: Path, where: Callable[[LiveCluster], Path], size: str,
+                fake_gpus: str) -> Iterator[tuple[LiveCluster, Path]]:
+    """A one-node cluster with the directory `where` gives on a tmpfs of `size`."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs for a state directory needs root (CI is root)")
+    live = prepare(tmp_path)
+    write_config(live.layout)
+    state = where(live)
+    state.mkdir(parents=True)
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "gq-faults",
+                            str(state)], capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+    try:
+        with running(live, nodes=1, fake_gpus=fake_gpus):
+            yield live, state
+    finally:
+        subprocess.run(["umount", "--lazy", str(state)], check=False)
 
 
 @pytest.fixture
 def small_disk_cluster(tmp_path: Path) -> Iterator[tuple[LiveCluster, Path]]:
     """A one-node cluster whose gqd keeps its state on a tmpfs of TMPFS_SIZE."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs for gqd's state directory needs root (CI is root)")
-    live = prepare(tmp_path)
-    state = Path(write_config(live.layout).head.state_dir)
-    state.mkdir(parents=True)
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "gq-faults",
-                            str(state)], capture_output=True, text=True)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
-    try:
-        with running(live, nodes=1, fake_gpus="1"):
-            yield live, state
-    finally:
-        subprocess.run(["umount", "--lazy", str(state)], check=False)
+    with _small_disk(tmp_path, lambda live: Path(live.config().head.state_dir), TMPFS_SIZE,
+                     "1") as made:
+        yield made
+
+
+@pytest.fixture
+def small_node_disk(tmp_path: Path) -> Iterator[tuple[LiveCluster, Path]]:
+    """A one-node cluster (4 fake GPUs) whose gqnode keeps its state on a tmpfs of
+    NODE_TMPFS_SIZE."""
+    with _small_disk(tmp_path, lambda live: live.layout.node_dir("node1"), NODE_TMPFS_SIZE,
+                     "4") as made:
+        yield made
 
 
 def _fill(directory: Path) -> Path:
@@ -77,3 +103,65 @@ def test_full_disk_refuses_submits_clearly_and_recovers(
     after = live.submit("--wrap", "true")
     assert _queued(live) == [*before, after]
     assert live.head_pid() == head
+
+
+#: Waits for `fill`, fills the node's state disk, then waits for its own `go` to exit CODE.
+FILLING_JOB = """while [ ! -e {work}/fill ]; do sleep 0.1; done
+dd if=/dev/zero of={state}/filler.$GQ_JOB_ID bs=64k 2>/dev/null
+touch {work}/filled.$GQ_JOB_ID
+while [ ! -e {work}/go.$GQ_JOB_ID ]; do sleep 0.1; done
+exit {code}"""
+
+
+def _node(live: LiveCluster) -> dict:
+    return next(n for n in live.nodes() if n["name"] == "node1")
+
+
+def test_jobs_filling_the_node_disk_keep_their_results_and_the_node_comes_back(
+        small_node_disk: tuple[LiveCluster, Path]) -> None:
+    live, state = small_node_disk
+    codes = [11, 12, 13, 14]
+    jobs = [live.submit("-g", "1", "--wrap",
+                        FILLING_JOB.format(work=live.work, state=state, code=code))
+            for code in codes]
+    for job in jobs:
+        live.wait_state(job, "RUNNING")
+    (live.work / "fill").touch()
+    wait_for(lambda: all((live.work / f"filled.{j}").exists() for j in jobs),
+             "the jobs to fill the node's disk")
+
+    node = wait_for(lambda: (n := _node(live))["state"] == "DRAIN" and n, "node1 to be drained")
+    assert node["reason"].startswith("node state disk full: "), node
+    waiting = live.submit("-g", "1", "--wrap", "true")
+    assert all(live.show(j)["state"] == "RUNNING" for j in jobs), "a full disk stops no job"
+
+    # Two jobs end while gqnode is down (their shepherds write their status on the full disk),
+    # two after it is back (their ends cannot go to its outbox: sent from memory).
+    os.kill(live.node_pid("node1"), signal.SIGKILL)
+    wait_for(lambda: live.node_pid("node1") is None, "gqnode to die")
+    for job in jobs[:2]:
+        (live.work / f"go.{job}").touch()
+    wait_for(lambda: all(live.run_ended("node1", j) for j in jobs[:2]),
+             "two jobs to end while gqnode is down")
+    live.gq("up", check=True)
+    for job in jobs[2:]:
+        (live.work / f"go.{job}").touch()
+
+    ended = [live.wait_state(j, "FAILED", "COMPLETED", "NODE_FAIL", "CANCELLED") for j in jobs]
+    assert [(j["state"], j["exit_code"], j["restart_count"]) for j in ended] == [
+        ("FAILED", code, 0) for code in codes], "each its own code, none requeued"
+    log = live.log("gqd")
+    assert all(log.count(f"job {j} FAILED (exit {c})") == 1 for j, c in zip(jobs, codes)), \
+        "each end recorded once"
+    assert "cannot write the outbox ([Errno 28] No space left on device" in live.log("node1")
+    assert live.show(waiting)["state"] == "PENDING", "no new job on a full node"
+    assert _node(live)["state"] == "DRAIN"
+    # That reason is gqnode's to give (and gqd's to lift): no admin's drain can take it.
+    posed = live.gq("admin", "drain", "node1", "--reason", "node state disk full: not really")
+    assert posed.returncode != 0 and "gqnode's own" in posed.stderr, posed
+
+    for filler in state.glob("filler.*"):
+        filler.unlink()
+    wait_for(lambda: _node(live)["state"] == "UP", "node1 to take jobs again by itself")
+    done = live.wait_state(waiting, "COMPLETED", "FAILED")
+    assert (done["state"], done["node_list"], done["restart_count"]) == ("COMPLETED", ["node1"], 0)

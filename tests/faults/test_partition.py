@@ -95,7 +95,7 @@ def split_cluster(net: Net, tmp_path: Path) -> Iterator[LiveCluster]:
     keys.ensure(live.layout.keys, [CUT])  # `gq up` makes keys only for the nodes it starts
     with running(live, nodes=1, fake_gpus="8"), live.layout.log(CUT).open("ab") as log:
         cut_node = subprocess.Popen(
-            ["ip", "netns", "exec", net.ns, sys.executable, "-m", "gq.node.daemon", "--config",
+            ["ip", "netns", "exec", net.ns, sys.executable, "-m", "gq.node.main", "--config",
              str(live.config_path), "--name", CUT, "--addr", net.ns_addr, "--fake-gpus", "8"],
             env=live.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True)
