@@ -32,6 +32,7 @@ from gq.model import JobState, parse_size
 from gq.node import shepherd, trash
 from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
 from gq.node.health import HealthCheck
+from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
 from gq.pidfile import acquire
 
@@ -56,7 +57,8 @@ class NodeDaemon:
     def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
-                 ctx: zmq.Context | None = None, signals: service.Signals | None = None):
+                 ctx: zmq.Context | None = None, signals: service.Signals | None = None,
+                 isolation: NodeIsolation | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
         self.health = health
         #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
@@ -70,6 +72,8 @@ class NodeDaemon:
         self.heartbeat_s = heartbeat_s
         self.outbox = Outbox(state_dir / "outbox")
         self.runs: dict[tuple[int, int], Run] = {}
+        #: Each run's cgroup, CPUs, device rules and /tmp; none without cgroups.
+        self.isolation = isolation or NodeIsolation(None, state_dir)
         # `gqnode --virtual` gives all its identities one context and one set of signal flags.
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
@@ -107,6 +111,9 @@ class NodeDaemon:
             self.runs[(job_id, restart)] = run
             if not _alive(pid, pid_started):
                 self._ended(run)
+            else:
+                self.isolation.adopted((job_id, restart), run_dir)
+        self.isolation.sweep(set(self.runs))  # cgroups and /tmp of runs that are gone
         log.info("adopted %d running jobs; %d reports waiting", len(self.runs), len(self.outbox))
 
     def register(self) -> None:
@@ -203,6 +210,7 @@ class NodeDaemon:
             # heartbeats say so until gqnode restarts.
             self.launch_problem = f"gqnode cannot launch jobs: {exc}"
             log.error("job %d run %d: %s", msg["job_id"], msg["restart"], self.launch_problem)
+            self.isolation.forget((msg["job_id"], msg["restart"]))
             self._next_heartbeat = 0.0
             with contextlib.suppress(OSError):
                 self.outbox.put({"node": self.name, "job_id": msg["job_id"],
@@ -221,6 +229,8 @@ class NodeDaemon:
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
         # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
         # either way). The order needs no atomic write either: its directory is renamed whole.
+        # With it, how the run is confined (gq.node.isolation), for its shepherd and for us.
+        msg = {**msg, "isolation": self.isolation.plan(msg)}
         (tmp / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(msg, use_bin_type=True))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
@@ -281,18 +291,27 @@ class NodeDaemon:
         is committed the run's directory (with the status the shepherd wrote durably) stands for
         it: adopt() reports a run again unless the outbox holds its end."""
         status = shepherd.read_status(run.dir)
+        # Its CPUs are free; what a dead shepherd left in the job's cgroup is killed.
+        left = self.isolation.ended((run.job_id, run.restart), run.dir, status is None)
         if status is None:
             # The shepherd was killed (the host rebooted, the OOM killer): a node fault, not the
             # job's, so gqd requeues it (within its --retries). Nothing may go on running it.
-            killed = shepherd.kill_orphaned_job(run.dir)
+            killed = shepherd.kill_orphaned_job(run.dir) or left is not None
             status = {"state": JobState.NODE_FAIL.value, "exit_code": None,
                       "end_time": time.time(),
                       "note": "its shepherd died without writing a status (node rebooted?)"
                       + ("; its leftover processes were killed" if killed else "")}
+            if left is not None:
+                status.update(max_rss=left.max_rss, cpu_s=left.cpu_s)
+        if status.get("setup_error") and not self.launch_problem:
+            # The node cannot confine jobs (its cgroups, a mount): drained, as for a launch.
+            self.launch_problem = f"gqnode cannot launch jobs: {status.get('note')}"
+            self._next_heartbeat = 0.0
         self.outbox.put({"node": self.name, "job_id": run.job_id, "restart": run.restart,
                          "event": protocol.FINISHED, "state": status["state"],
                          "exit_code": status["exit_code"], "time": status["end_time"],
-                         "note": str(status.get("note") or "")[:protocol.MAX_NOTE]})
+                         "note": str(status.get("note") or "")[:protocol.MAX_NOTE],
+                         **protocol.usage_fields(status)})
         if status.get("note"):
             log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
         self.runs.pop((run.job_id, run.restart), None)
@@ -329,6 +348,7 @@ class NodeDaemon:
 
     def close(self) -> None:
         trash.flush()
+        self.isolation.close()
         self.sock.close()
         if self._own_ctx:
             self.ctx.term()
@@ -406,12 +426,17 @@ def main(argv: list[str] | None = None) -> int:
 def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
           ctx: zmq.Context | None = None, signals: service.Signals | None = None) -> NodeDaemon:
     """The node `name` as the command line and configuration describe it."""
+    gpus = open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE)
+    cpus = cfg.node.cpus or os.cpu_count() or 1
+    mem = parse_size(cfg.node.mem) or psutil.virtual_memory().total
+    # Virtual identities share one host: their CPU picks would collide, and a benchmark of
+    # thousands of jobs measures gq, not cgroups. They get cgroups only when asked for.
+    kind = "off" if args.virtual and cfg.node.cgroups == "auto" else None
+    isolation = NodeIsolation.configured(cfg.node, name, state_dir, gpus.discover(),
+                                         gpus.device_minors(), cfg.node.cpus, mem, kind)
     return NodeDaemon(
-        name=name, head=args.head or cfg.node.head, state_dir=state_dir,
-        gpus=open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE),
-        addr=args.addr or socket.gethostname(),
-        cpus=cfg.node.cpus or os.cpu_count() or 1,
-        mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
+        name=name, head=args.head or cfg.node.head, state_dir=state_dir, gpus=gpus,
+        addr=args.addr or socket.gethostname(), cpus=cpus, mem=mem, isolation=isolation,
         heartbeat_s=cfg.node.heartbeat_s,
         curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
         health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
