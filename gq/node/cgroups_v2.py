@@ -88,7 +88,9 @@ def enable_down(mount: str, node_dir: str, controllers: list[str]) -> None:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(here)
             if wanted:
-                enabled = cg.read(posixpath.join(parent, "cgroup.subtree_control")).split()
+                enabled: list[str] = []
+                with contextlib.suppress(FileNotFoundError):
+                    enabled = cg.read(posixpath.join(parent, "cgroup.subtree_control")).split()
                 if any(c not in enabled for c in controllers):
                     cg.write(posixpath.join(parent, "cgroup.subtree_control"), wanted)
         except OSError as exc:
