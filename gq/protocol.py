@@ -305,9 +305,10 @@ def usage_fields(status: dict[str, Any]) -> dict[str, Any]:
     REPORT's schema checks them (a bad one is left out rather than the report refused)."""
     out: dict[str, Any] = {}
     rss, cpu = status.get("max_rss"), status.get("cpu_s")
-    if type(rss) is int and 0 <= rss <= _I64:
+    if isinstance(rss, int) and not isinstance(rss, bool) and 0 <= rss <= _I64:
         out["max_rss"] = rss
-    if type(cpu) in (int, float) and math.isfinite(cpu) and cpu >= 0:
+    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and math.isfinite(cpu) \
+            and cpu >= 0:
         out["cpu_s"] = cpu
     return out
 

@@ -263,3 +263,32 @@ cat /tmp/{mark} >> seen.$GQ_JOB_ID
                 assert not (tmp / f"{job_id}.0").exists(), "removed at its end"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_job_step_gets_a_cgroup_of_its_own_under_the_jobs(tmp_path: Path) -> None:
+    """What `srun` inside a job will use: a step's cgroup beside the batch script's, under the
+    job's limits; the job's end kills the step's processes too."""
+    from gq.node.cgroups_v1 import V1Backend
+    v1, _ = cg.host_hierarchies()
+    backend = V1Backend(v1, f"gq-test-{os.getpid()}", "n1")
+    backend.prepare()
+    job = cg.job_cgroup(backend.run(1, 0), cg.Limits(mem=64 * M, cpus=(0,)))
+    try:
+        job.create()
+        step = job.for_step("step_0")
+        step.create_step()
+        with step.entered():
+            proc = subprocess.Popen(["sleep", "600"])
+        own = {line.split(":")[1]: line.split(":")[2]
+               for line in Path(f"/proc/{proc.pid}/cgroup").read_text().splitlines()}
+        assert own["memory"].endswith("/n1/job_1.0/step_0") and own["cpuset"].endswith(
+            "/job_1.0/step_0"), own
+        assert cg.read(os.path.join(job.dirs["cpuset"], "step_0", "cpuset.cpus")).strip() == "0"
+        assert proc.pid in job.pids()
+        assert job.kill(5.0, lambda: None) and proc.wait(timeout=5) == -signal.SIGKILL
+        with pytest.raises(ValueError):
+            job.for_step("../escape")
+    finally:
+        job.remove()
+        backend.close()
+    assert not any(os.path.exists(d) for d in backend.node_dirs.values())

@@ -16,6 +16,7 @@ hierarchy, directly or through systemd's transient scopes), and `Unconfined` her
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import os
 import posixpath
@@ -33,6 +34,7 @@ from gq.errors import GqError
 #: The cgroup of a run under its node's, and of its batch script under the run's.
 JOB_DIR_RE = re.compile(r"^job_(\d+)\.(\d+)$")
 STEP_BATCH = "step_batch"
+STEP_RE = re.compile(r"^step_[A-Za-z0-9_]{1,64}$")
 #: How often a kill re-checks that the cgroup emptied, in seconds.
 KILL_POLL_S = 0.01
 
@@ -218,12 +220,28 @@ class JobCgroup:
     kind = "off"
     #: Holds every process of the job, so that killing it kills them all.
     tracks = False
+    #: The child of the run's cgroup that what is started inside `entered` goes to.
+    step = STEP_BATCH
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
 
     def create(self) -> None:
-        """Make the cgroup with the run's limits (SetupError if the node cannot)."""
+        """Make the cgroup with the run's limits, and its batch step (SetupError if the node
+        cannot)."""
+
+    def for_step(self, name: str) -> JobCgroup:
+        """This run's cgroup entered at its step `name` (`step_0` ...: a sibling of the batch
+        step, under the job's limits, for the job steps `srun` starts); `create_step` makes
+        it. The job's kill and usage cover its steps."""
+        if not STEP_RE.match(name):
+            raise ValueError(f"bad step name {name!r}")
+        other = copy.copy(self)
+        other.step = name
+        return other
+
+    def create_step(self) -> None:
+        """Make the step's cgroup in the run's (SetupError if the node cannot)."""
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:

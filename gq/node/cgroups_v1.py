@@ -116,15 +116,23 @@ class V1Job(cg.JobCgroup):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(path)
                 self._limit(name, path)
-                step = posixpath.join(path, cg.STEP_BATCH)
+        except OSError as exc:
+            self.remove()
+            raise SetupError(exc.errno, f"cannot set up the job's cgroup: {exc}") from None
+        self.create_step()  # after the limits: a devices child copies its parent's list
+
+    def create_step(self) -> None:
+        try:
+            for name, path in self.dirs.items():
+                step = posixpath.join(path, self.step)
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(step)  # after the limits: a devices child copies its parent's list
+                    os.mkdir(step)
                 if name == "cpuset":
                     for key in ("cpuset.cpus", "cpuset.mems"):
                         cg.write(posixpath.join(step, key), cg.read(posixpath.join(path, key)))
         except OSError as exc:
-            self.remove()
-            raise SetupError(exc.errno, f"cannot set up the job's cgroup: {exc}") from None
+            raise SetupError(exc.errno, f"cannot set up the job's {self.step} cgroup: {exc}") \
+                from None
 
     def _limit(self, name: str, path: str) -> None:
         lim = self.limits
@@ -154,7 +162,7 @@ class V1Job(cg.JobCgroup):
         me = str(os.getpid())
         try:
             for path in self.dirs.values():
-                cg.write(posixpath.join(path, cg.STEP_BATCH, "cgroup.procs"), me)
+                cg.write(posixpath.join(path, self.step, "cgroup.procs"), me)
         except OSError as exc:
             self._leave(me)
             raise SetupError(exc.errno, f"cannot enter the job's cgroup: {exc}") from None

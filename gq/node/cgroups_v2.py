@@ -126,11 +126,18 @@ class V2Job(cg.JobCgroup):
                 cg.write(posixpath.join(self.dir, name), value)
             if self.limits.deny:
                 attach_devices(self.dir, self.limits.deny)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(posixpath.join(self.dir, cg.STEP_BATCH))
         except OSError as exc:
             self.remove()
             raise SetupError(exc.errno, f"cannot set up the job's cgroup: {exc}") from None
+        self.create_step()
+
+    def create_step(self) -> None:
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(posixpath.join(self.dir, self.step))
+        except OSError as exc:
+            raise SetupError(exc.errno, f"cannot set up the job's {self.step} cgroup: {exc}") \
+                from None
 
     def settings(self) -> dict[str, str]:
         """The files the run's limits are written to, and what each gets."""
@@ -147,7 +154,7 @@ class V2Job(cg.JobCgroup):
     def entered(self) -> Iterator[None]:
         me = str(os.getpid())
         try:
-            cg.write(posixpath.join(self.dir, cg.STEP_BATCH, "cgroup.procs"), me)
+            cg.write(posixpath.join(self.dir, self.step, "cgroup.procs"), me)
         except OSError as exc:
             raise SetupError(exc.errno, f"cannot enter the job's cgroup: {exc}") from None
         try:
@@ -254,7 +261,13 @@ class SystemdJob(V2Job):
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
-        yield
+        """The batch step is the scope itself (systemd-run puts the job there); a later step
+        is a child of the scope, whose subtree is delegated to us."""
+        if self.step == cg.STEP_BATCH:
+            yield
+        else:
+            with super().entered():
+                yield
 
     def command(self, argv: list[str], uid: int, gid: int, switch: bool
                 ) -> tuple[list[str], bool]:
