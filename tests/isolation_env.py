@@ -15,6 +15,17 @@ import pytest
 from gq.node import cgroups as cg
 
 
+def _writable(h: cg.Hierarchy, what: str) -> str:
+    """Why a cgroup cannot be made under our own in `h` ("" if it can)."""
+    probe = h.base(f"gq-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError as exc:
+        return f"cannot make a cgroup in the {what} hierarchy ({probe}): {exc}"
+    return ""
+
+
 @functools.lru_cache(maxsize=1)
 def _v1_problem() -> str:
     if os.geteuid() != 0:
@@ -23,14 +34,7 @@ def _v1_problem() -> str:
     missing = [c for c in cg.V1_CONTROLLERS if c not in v1]
     if missing:
         return f"cgroup v1 controllers not mounted: {', '.join(missing)}"
-    for name, h in v1.items():
-        probe = h.base(f"gq-probe-{os.getpid()}")
-        try:
-            os.mkdir(probe)
-            os.rmdir(probe)
-        except OSError as exc:
-            return f"cannot make a cgroup in the {name} hierarchy ({probe}): {exc}"
-    return ""
+    return next(filter(None, (_writable(h, name) for name, h in v1.items())), "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -38,15 +42,7 @@ def _v2_problem() -> str:
     if os.geteuid() != 0:
         return "needs root to make cgroups"
     _, v2 = cg.host_hierarchies()
-    if v2 is None:
-        return "no cgroup v2 hierarchy mounted"
-    probe = v2.base(f"gq-probe-{os.getpid()}")
-    try:
-        os.mkdir(probe)
-        os.rmdir(probe)
-    except OSError as exc:
-        return f"cannot make a cgroup v2 cgroup ({probe}): {exc}"
-    return ""
+    return _writable(v2, "cgroup v2") if v2 is not None else "no cgroup v2 hierarchy mounted"
 
 
 needs_v1 = pytest.mark.skipif(bool(_v1_problem()), reason=_v1_problem() or "cgroup v1")

@@ -31,6 +31,7 @@ log = logging.getLogger("gq.node.isolation")
 #: The NVIDIA driver's character major, and its control devices' minors (nvidiactl,
 #: nvidia-modeset), which every GPU job needs; nvidia-uvm and nvidia-caps have majors of their own.
 NVIDIA_MAJOR = 195
+NVIDIA_CONTROL_FILES = ("nvidiactl", "nvidia-modeset")
 NVIDIA_CONTROL_MINORS = (255, 254)
 #: A GPU's device file in the device directory: nvidiaMINOR.
 GPU_FILE = "nvidia{}"
@@ -127,7 +128,7 @@ class NodeIsolation:
                    pids_max=node_cfg.job_pids_max, devices=gpu_devices(gpus, minors, dev_dir),
                    other_gpus=gpu_files(dev_dir), private_tmp=node_cfg.private_tmp,
                    control=tuple(_char_device(os.path.join(dev_dir, f)) or (NVIDIA_MAJOR, m)
-                                 for f, m in (("nvidiactl", 255), ("nvidia-modeset", 254))))
+                                 for f, m in zip(NVIDIA_CONTROL_FILES, NVIDIA_CONTROL_MINORS)))
 
     def close(self) -> None:
         if self.backend is not None:
@@ -174,7 +175,9 @@ class NodeIsolation:
         if not shepherd_died:
             return None
         run = RunIsolation(_plan_of(run_dir))
-        if not run.cgroup.tracks and not run.tmp:
+        if not run.tracks:  # nothing to read what it used from (our getrusage is gqnode's)
+            if run.tmp:
+                privatetmp.remove(run.tmp)
             return None
         return run.finish(lambda: None, defaults.CGROUP_KILL_NODE_S)
 
