@@ -292,17 +292,17 @@ class NodeDaemon:
         it: adopt() reports a run again unless the outbox holds its end."""
         status = shepherd.read_status(run.dir)
         # Its CPUs are free; what a dead shepherd left in the job's cgroup is killed.
-        left = self.isolation.ended((run.job_id, run.restart), run.dir, status is None)
+        used, left = self.isolation.ended((run.job_id, run.restart), run.dir, status is None)
         if status is None:
             # The shepherd was killed (the host rebooted, the OOM killer): a node fault, not the
             # job's, so gqd requeues it (within its --retries). Nothing may go on running it.
-            killed = shepherd.kill_orphaned_job(run.dir) or left is not None
+            killed = shepherd.kill_orphaned_job(run.dir) or left
             status = {"state": JobState.NODE_FAIL.value, "exit_code": None,
                       "end_time": time.time(),
                       "note": "its shepherd died without writing a status (node rebooted?)"
                       + ("; its leftover processes were killed" if killed else "")}
-            if left is not None:
-                status.update(max_rss=left.max_rss, cpu_s=left.cpu_s)
+            if used is not None:
+                status.update(max_rss=used.max_rss, cpu_s=used.cpu_s)
         if status.get("setup_error") and not self.launch_problem:
             # The node cannot confine jobs (its cgroups, a mount): drained, as for a launch.
             self.launch_problem = f"gqnode cannot launch jobs: {status.get('note')}"

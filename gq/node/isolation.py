@@ -167,19 +167,22 @@ class NodeIsolation:
     def forget(self, key: tuple[int, int]) -> None:
         self.taken.pop(key, None)
 
-    def ended(self, key: tuple[int, int], run_dir: Path, shepherd_died: bool) -> Usage | None:
+    def ended(self, key: tuple[int, int], run_dir: Path, shepherd_died: bool
+              ) -> tuple[Usage | None, bool]:
         """The run's shepherd is gone: its CPUs are free. One that died without a status left
-        the job's cgroup (and /tmp) behind: everything in it is killed and it is removed; what
-        it used is returned (None when its shepherd cleaned up itself)."""
+        the job's cgroup (and /tmp) behind: everything in it is killed and it is removed.
+        (What the run used, None when unknown or its shepherd said; whether any process of
+        it was left to kill.)"""
         self.forget(key)
         if not shepherd_died:
-            return None
+            return None, False
         run = RunIsolation(_plan_of(run_dir))
         if not run.tracks:  # nothing to read what it used from (our getrusage is gqnode's)
             if run.tmp:
                 privatetmp.remove(run.tmp)
-            return None
-        return run.finish(lambda: None, defaults.CGROUP_KILL_NODE_S)
+            return None, False
+        left = bool(run.cgroup.pids())
+        return run.finish(lambda: None, defaults.CGROUP_KILL_NODE_S), left
 
     def sweep(self, live: set[tuple[int, int]]) -> None:
         """At start-up: kill and remove the cgroups and private /tmp directories of runs that
