@@ -6,6 +6,7 @@ starts whichever daemon is not running) and `down` stops them, cancelling jobs s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -111,7 +112,7 @@ def write_config(layout: Layout) -> config_mod.Config:
 
 #: Settings in which a personal cluster differs from a system one, beyond its paths and ports.
 _PERSONAL = (("head", "metrics_addr"), ("auth", "owner"), ("auth", "allow_root_jobs"),
-             ("auth", "key_dir"))
+             ("auth", "key_dir"), ("node", "cgroup_root"))
 
 
 def _personal(layout: Layout) -> config_mod.Config:
@@ -124,6 +125,9 @@ def _personal(layout: Layout) -> config_mod.Config:
     cfg.auth.owner = _me()
     cfg.auth.allow_root_jobs = os.getuid() == 0
     cfg.auth.key_dir = str(layout.keys)
+    # Its jobs' cgroups under gqnode's own, in a subtree of this cluster's alone: several
+    # personal clusters on a host (all with a node1) never touch each other's jobs.
+    cfg.node.cgroup_root = "gq-" + hashlib.sha1(str(layout.root).encode()).hexdigest()[:10]
     return cfg
 
 

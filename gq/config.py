@@ -53,6 +53,10 @@ class HeadConfig:
     metrics_addr: str = "127.0.0.1:6819"
 
 
+#: `[node] cgroups` values (gq.node.cgroups).
+CGROUP_KINDS = ("auto", "v2", "v1", "systemd", "off")
+
+
 @dataclass
 class NodeConfig:
     #: Where gqd is, for gqnode.
@@ -69,6 +73,19 @@ class NodeConfig:
     health_check: str = ""
     health_check_interval_s: float = defaults.HEALTH_CHECK_INTERVAL_S
     health_check_timeout_s: float = defaults.HEALTH_CHECK_TIMEOUT_S
+    #: Confine each job in a cgroup (memory, CPUs, pids, devices; its processes tracked):
+    #: "auto" (what the host has: v2, through systemd where systemd runs the host, else v1;
+    #: none unless root), "v2", "v1", "systemd" or "off".
+    cgroups: str = "auto"
+    #: gq's subtree in each cgroup hierarchy: an absolute path, or one relative to gqnode's own
+    #: cgroup. Runs are ROOT/NODE/job_J.R (with systemd: scopes in the slice named after it).
+    cgroup_root: str = "/gq"
+    #: Most processes and threads a job may have at once (pids.max); 0 is no limit.
+    job_pids_max: int = defaults.JOB_PIDS_MAX
+    #: Where the GPUs' device files are: a job may open only its own GPUs' DIR/nvidiaN.
+    dev_dir: str = "/dev"
+    #: Give each job a /tmp of its own, removed at its end (Slurm's job_container/tmpfs).
+    private_tmp: bool = False
 
 
 @dataclass
@@ -223,6 +240,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if not 0 < getattr(cfg.node, key) < math.inf:
             raise ConfigError(f"{source}: [node] {key} must be a number of seconds over 0, not "
                               f"{getattr(cfg.node, key)!r}")
+    _check_node(cfg.node, source)
     if not 0 <= cfg.head.default_retries <= defaults.MAX_RETRIES:
         raise ConfigError(f"{source}: [head] default_retries must be 0..{defaults.MAX_RETRIES}, "
                           f"not {cfg.head.default_retries}")
@@ -231,6 +249,20 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if name not in graced:
             qos.grace_s = cfg.head.kill_grace_s
     return cfg
+
+
+def _check_node(node: NodeConfig, source: str) -> None:
+    """The isolation keys of [node]."""
+    if node.cgroups not in CGROUP_KINDS:
+        raise ConfigError(f"{source}: [node] cgroups must be one of "
+                          f"{', '.join(CGROUP_KINDS)}, not {node.cgroups!r}")
+    parts = node.cgroup_root.strip("/").split("/")
+    if not node.cgroup_root.strip("/") or any(p in ("", ".", "..") for p in parts):
+        raise ConfigError(f"{source}: [node] cgroup_root must be a path like /gq (absolute) or "
+                          f"gq (under gqnode's own cgroup), not {node.cgroup_root!r}")
+    if node.job_pids_max < 0:
+        raise ConfigError(f"{source}: [node] job_pids_max must be 0 (no limit) or more, not "
+                          f"{node.job_pids_max}")
 
 
 def _check_pools(cfg: Config, source: str) -> None:

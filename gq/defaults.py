@@ -77,3 +77,11 @@ DB_FILE = "gq.db"
 PERSONAL_CONFIG = "gq.toml"
 #: System-wide config.
 SYSTEM_CONFIG = "/etc/gq/gq.toml"
+
+#: Most processes and threads a job may have at once ([node] job_pids_max): far above what a
+#: training job with its data-loader workers uses, far below what a fork bomb reaches.
+JOB_PIDS_MAX = 16384
+#: How long the shepherd waits for the processes of a job's cgroup to die of SIGKILL at its
+#: end, and gqnode (whose loop must not stall) for those a dead shepherd left, in seconds.
+CGROUP_KILL_TIMEOUT_S = 10.0
+CGROUP_KILL_NODE_S = 1.0

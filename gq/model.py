@@ -44,6 +44,9 @@ class JobState(str, enum.Enum):
     NODE_FAIL = "NODE_FAIL"
     #: Stopped to make room for higher-tier work (and requeued as PENDING).
     PREEMPTED = "PREEMPTED"
+    #: Went past its memory limit and the kernel's OOM killer killed a process of it (Slurm's
+    #: OUT_OF_MEMORY): the job's own fault, so ended, not requeued; `reason` says so.
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
 
     @property
     def terminal(self) -> bool:

@@ -84,7 +84,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "gid": (-1, 2**32 - 1), "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31),
     "mem": (0, _I64), "gpu_mem": (0, _I64), "time_limit_s": (0, 10 * 365 * 86400),
     "exit_code": (-255, 65_535), "retries": (0, 1_000_000), "after": (0, _I64),
-    "limit": (1, MAX_LIST),
+    "limit": (1, MAX_LIST), "max_rss": (0, _I64),
 }
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
 _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
@@ -134,9 +134,12 @@ SCHEMAS: dict[str, Schema] = {
     # node while it says so and lets its running jobs go on (health problems stop them).
     HEARTBEAT: {"node": (_STR, True), "telemetry": (_DICT, False), "health": (_LIST, False),
                 "disk": (_OPT_STR, False)},
+    # max_rss (bytes) and cpu_s (seconds): what a finished run used on the node (Slurm's
+    # MaxRSS and TotalCPU), when the node knows.
     REPORT: {"node": (_STR, True), "seq": (_INT, True), "job_id": (_INT, True),
              "restart": (_INT, True), "event": (_STR, True), "state": (_OPT_STR, False),
-             "exit_code": (_OPT_INT, False), "time": (_NUM, True), "note": (_OPT_STR, False)},
+             "exit_code": (_OPT_INT, False), "time": (_NUM, True), "note": (_OPT_STR, False),
+             "max_rss": (_OPT_INT, False), "cpu_s": (_OPT_NUM, False)},
     LAUNCH: {"job_id": (_INT, True), "restart": (_INT, True), "spec": (_DICT, True),
              "gpus": (_LIST, True), "rank": (_INT, True), "nodelist": (_LIST, True),
              "time_limit_s": (_INT, True), "stdout": (_STR, True), "stderr": (_STR, True),
@@ -292,6 +295,19 @@ def _env_ok(names: list[str], values: list[str]) -> bool:
         return all(_ENV_NAME.match(k) for k in names)
     joined = "".join(names)
     return min(map(len, names)) > 0 and "=" not in joined and "\0" not in joined
+
+
+def usage_fields(status: dict[str, Any]) -> dict[str, Any]:
+    """A finished report's usage fields from a run's status: those it knows, checked as
+    REPORT's schema checks them (a bad one is left out rather than the report refused)."""
+    out: dict[str, Any] = {}
+    rss, cpu = status.get("max_rss"), status.get("cpu_s")
+    if isinstance(rss, int) and not isinstance(rss, bool) and 0 <= rss <= _I64:
+        out["max_rss"] = rss
+    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and math.isfinite(cpu) \
+            and cpu >= 0:
+        out["cpu_s"] = cpu
+    return out
 
 
 def ok(rid: int, **data: Any) -> bytes:

@@ -58,6 +58,12 @@ MIGRATIONS: list[list[str]] = [
         # How many of a job's requeues were for a node fault (bounded by its --retries).
         "ALTER TABLE jobs ADD COLUMN node_fail_count INTEGER NOT NULL DEFAULT 0",
     ],
+    [
+        # What a run used, as its nodes measured it (NULL: unknown): peak memory in bytes
+        # (the most of its nodes', Slurm's MaxRSS) and CPU seconds (their sum, TotalCPU).
+        "ALTER TABLE runs ADD COLUMN max_rss INTEGER",
+        "ALTER TABLE runs ADD COLUMN total_cpu_s REAL",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: How many arrays' shared spec blobs the store keeps in memory.
@@ -284,6 +290,31 @@ class Store:
             "end_time, state) VALUES (?,?,?,?,?,?,?,?,?)",
             (job.id, job.restart_count, s.user, s.account or "", s.qos or "", s.gpus * s.nodes,
              job.start_time, max(end, job.start_time), state))
+
+    def set_run_stats(self, job_id: int, restart: int, max_rss: int | None,
+                      cpu_s: float | None) -> None:
+        """What the run (job_id, restart) used so far, as its nodes reported it, inside the
+        caller's transaction; nothing if the run has no row yet. A figure only grows: a head
+        restarted between two nodes' reports must not lower what the first one said."""
+        self.conn.execute(
+            # SQLite's MAX(a, b) is NULL when either is: then the one that is known, if any.
+            "UPDATE runs SET max_rss = COALESCE(MAX(max_rss, :rss), max_rss, :rss), "
+            "total_cpu_s = COALESCE(MAX(total_cpu_s, :cpu), total_cpu_s, :cpu) "
+            "WHERE job_id = :job AND restart = :restart",
+            {"rss": max_rss, "cpu": cpu_s, "job": job_id, "restart": restart})
+
+    def run_stats(self, job_ids: Iterable[tuple[int, int]]) -> dict[int, dict[str, Any]]:
+        """Job id -> {"max_rss", "total_cpu_s"} of the given runs (job id, restart) that have
+        a row; a value is None where no node reported one."""
+        keys = set(job_ids)
+        if not keys:
+            return {}
+        low, high = min(k[0] for k in keys), max(k[0] for k in keys)
+        rows = self.conn.execute(
+            "SELECT job_id, restart, max_rss, total_cpu_s FROM runs WHERE job_id BETWEEN ? AND ? "
+            "AND (max_rss IS NOT NULL OR total_cpu_s IS NOT NULL)", (low, high))
+        return {job_id: {"max_rss": rss, "total_cpu_s": cpu}
+                for job_id, restart, rss, cpu in rows if (job_id, restart) in keys}
 
     def run_usage(self, since: float, until: float) -> list[tuple[str, str, str, str, float]]:
         """(user, account, qos, run state, GPU-seconds inside [since, until]) of ended runs."""

@@ -310,7 +310,8 @@ def test_parse_gpu_spec_rejects_bad_memory():
 # ---------------------------------------------------------------- JobState
 
 
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"}
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+            "OUT_OF_MEMORY"}
 
 
 def test_job_state_values_equal_names():

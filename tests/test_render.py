@@ -55,3 +55,27 @@ def test_long_tables_are_plain_text_on_a_terminal_too(monkeypatch: pytest.Monkey
     monkeypatch.delenv("NO_COLOR")
     render.table(["ID"], [[1]] * (render.RICH_MAX_ROWS + 1))
     assert capsys.readouterr().out.startswith("\x1b[1mID\x1b[0m\n1\n")
+
+
+def test_show_and_history_print_peak_memory_and_cpu_time_as_sacct_does() -> None:
+    from gq.cli.accounting import HISTORY_COLUMNS, _history_row, summarize
+    assert render.cpu_time(None) is None
+    assert render.cpu_time(83.4567) == "01:23.457"
+    assert render.cpu_time(7322.0) == "02:02:02"
+    job = {"id": 5, "name": "t", "user": "u", "qos": "normal", "priority": 1,
+           "state": "OUT_OF_MEMORY", "reason": "out of memory", "exit_code": 137,
+           "time_limit_s": 60, "submit_time": "2026-01-01T00:00:00Z",
+           "start_time": "2026-01-01T00:00:00Z", "end_time": "2026-01-01T00:00:10Z",
+           "nodes": 1, "gpus_per_node": 1, "gpu_type": None, "node_list": ["n1"],
+           "gpu_ids": {"n1": [0]}, "retries": None, "max_rss": 100 << 20, "total_cpu_s": 1.5}
+    fields = dict(render.job_fields(job))
+    assert (fields["MaxRSS"], fields["TotalCPU"]) == ("100M", "00:01.500")
+    assert dict(render.job_fields({**job, "max_rss": None, "total_cpu_s": None}))["MaxRSS"] \
+        is None, "unknown, not 0"
+    row = dict(zip(HISTORY_COLUMNS, _history_row(job)))
+    assert (row["State"], row["MaxRSS"], row["TotalCPU"]) == ("OUT_OF_MEMORY", "100M",
+                                                              "00:01.500")
+    # Out of memory is the job's own failure in `gq report`.
+    report = summarize([{"user": "u", "account": "", "qos": "normal", "state": "OUT_OF_MEMORY",
+                         "gpu_seconds": 3600.0}])
+    assert report["wasted_by_cause"]["failed"] == 1.0

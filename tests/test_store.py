@@ -341,3 +341,21 @@ def test_retries_and_node_fault_count_survive_a_restart(db: Path) -> None:
         assert (again.spec.retries, again.node_fail_count) == (3, 2)
     finally:
         store.close()
+
+
+def test_a_runs_peak_memory_and_cpu_time_are_kept_growing_and_unknown_stays_unknown(
+        store: Store) -> None:
+    job = _insert(store, _job(state=JobState.RUNNING, start_time=1000.0))
+    with store.tx():
+        store.set_run_stats(job.id, 0, 5, 1.0)  # before the run's row: nothing to write
+        store.insert_run(job, 1010.0, "COMPLETED")
+        assert store.run_stats([(job.id, 0)]) == {}, "no node said anything yet"
+        store.set_run_stats(job.id, 0, None, 2.5)
+    assert store.run_stats([(job.id, 0)]) == {job.id: {"max_rss": None, "total_cpu_s": 2.5}}
+    with store.tx():
+        store.set_run_stats(job.id, 0, 300, 4.0)
+        store.set_run_stats(job.id, 0, 200, 3.0)  # a restarted head's partial sum: never lower
+        store.set_run_stats(job.id, 0, None, None)
+    assert store.run_stats([(job.id, 0), (job.id, 1)]) == {
+        job.id: {"max_rss": 300, "total_cpu_s": 4.0}}
+    assert store.run_stats([(job.id, 1)]) == {}, "another run of the job"

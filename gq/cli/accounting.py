@@ -12,11 +12,13 @@ from gq.cli import query, render
 from gq.model import iso_time, parse_time
 
 #: How a run that ended this way wasted its GPU time (`gq report`); other outcomes are use.
+#: Running out of memory is the job's own failure.
 WASTE_CAUSES = {"PREEMPTED": "preempted", "FAILED": "failed", "TIMEOUT": "timeout",
-                "NODE_FAIL": "node_fail"}
+                "NODE_FAIL": "node_fail", "OUT_OF_MEMORY": "failed"}
 REPORT_COLUMNS = ("GROUP", "NAME", "GPU_HOURS", "WASTED_GPU_HOURS")
 HISTORY_COLUMNS = ("JobID", "JobName", "User", "Account", "QOS", "State", "ExitCode", "Submit",
-                   "Start", "End", "Elapsed", "GPUs", "NodeList", "Restarts")
+                   "Start", "End", "Elapsed", "GPUs", "NodeList", "Restarts", "MaxRSS",
+                   "TotalCPU")
 
 
 def register(app: typer.Typer) -> None:
@@ -54,7 +56,9 @@ def _history_row(j: dict[str, Any]) -> list[Any]:
     return [j.get("job_id") or j["id"], j["name"], j["user"], j.get("account") or "", j["qos"],
             j["state"], "" if j["exit_code"] is None else j["exit_code"], j["submit_time"],
             j["start_time"] or "", j["end_time"] or "", render.elapsed(j),
-            j["gpus_per_node"] * j["nodes"], ",".join(j["node_list"]), j.get("restart_count", 0)]
+            j["gpus_per_node"] * j["nodes"], ",".join(j["node_list"]), j.get("restart_count", 0),
+            render.format_size(j["max_rss"]) if j.get("max_rss") is not None else "",
+            render.cpu_time(j.get("total_cpu_s")) or ""]
 
 
 def report(

@@ -14,9 +14,9 @@ from gq.cli import render
 from gq.errors import UsageError
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
-          "PREEMPTED")
+          "PREEMPTED", "OUT_OF_MEMORY")
 SHORT = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
-         "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED"}
+         "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "OOM": "OUT_OF_MEMORY"}
 
 
 def client() -> Any:
@@ -33,7 +33,7 @@ def states(text: str | None) -> list[str] | None:
         state = SHORT.get(item, item)
         if state not in STATES:
             raise UsageError(f"bad state {item!r}: expected one of {', '.join(STATES)} "
-                             "(or PD, R, CD, F, CA, TO, NF, PR)")
+                             "(or PD, R, CD, F, CA, TO, NF, PR, OOM)")
         out.append(state)
     return out
 

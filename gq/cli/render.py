@@ -22,7 +22,8 @@ from gq.units import format_duration, format_size, parse_iso_time
 JSON_SCHEMA_VERSION = 1
 
 _STATE_SHORT = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F",
-                "CANCELLED": "CA", "TIMEOUT": "TO", "NODE_FAIL": "NF", "PREEMPTED": "PR"}
+                "CANCELLED": "CA", "TIMEOUT": "TO", "NODE_FAIL": "NF", "PREEMPTED": "PR",
+                "OUT_OF_MEMORY": "OOM"}
 
 
 def message(text: str) -> None:
@@ -249,6 +250,16 @@ def show_job(job: dict[str, Any]) -> None:
         print("   " + " ".join(line))
 
 
+def cpu_time(seconds: float | None) -> str | None:
+    """sacct's TotalCPU form: MM:SS.mmm under an hour, [D-]HH:MM:SS from there; None: unknown."""
+    if seconds is None:
+        return None
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{int(minutes):02d}:{rest:06.3f}"
+    return format_duration(seconds)
+
+
 def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
     """(Key, value) of `gq show`, in order; None where the job has no value."""
     return [
@@ -267,7 +278,10 @@ def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("EndTime", job["end_time"]), ("NumNodes", job["nodes"]),
         ("GpusPerNode", job["gpus_per_node"]), ("GpuType", job["gpu_type"]),
         ("GpuMem", format_size(job.get("gpu_mem"))), ("Cpus", job.get("cpus")),
-        ("Mem", format_size(job.get("mem"))), ("NodeList", ",".join(job["node_list"]) or None),
+        ("Mem", format_size(job.get("mem"))),
+        ("MaxRSS", format_size(job["max_rss"]) if job.get("max_rss") is not None else None),
+        ("TotalCPU", cpu_time(job.get("total_cpu_s"))),
+        ("NodeList", ",".join(job["node_list"]) or None),
         ("GpuIds", ";".join(f"{n}:{','.join(map(str, g))}" for n, g in job["gpu_ids"].items())
          or None),
         ("WorkDir", job.get("work_dir")), ("StdOut", job.get("stdout")),

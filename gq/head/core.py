@@ -97,6 +97,17 @@ class Launch:
     holding: set[str] = field(default_factory=set)
     #: Per rank node -> (state, exit code) once it reported finished.
     results: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    #: What the run used on the nodes that reported it: the most memory of any, CPU seconds
+    #: of all (None: no node said).
+    max_rss: int | None = None
+    cpu_s: float | None = None
+
+    def add_usage(self, msg: dict[str, Any]) -> None:
+        rss, cpu = msg.get("max_rss"), msg.get("cpu_s")
+        if rss is not None:
+            self.max_rss = max(self.max_rss or 0, rss)
+        if cpu is not None and cpu >= 0:
+            self.cpu_s = (self.cpu_s or 0.0) + cpu
 
 
 def _monotonic(now: float) -> float:
@@ -525,7 +536,8 @@ class Head:
         [job] = self._shown([self.lookup(_ref(msg["id"]))], now)
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
-                    cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem)
+                    cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem,
+                    **self._run_stats([job])(job))
         if job.state == JobState.PENDING:
             usage = self.usage.at(now)
             data["priority_factors"] = factors(_pending_view(job), now, self.policy, usage,
@@ -541,7 +553,14 @@ class Head:
         jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"),
                                   after=msg.get("after", 0),
                                   limit=HISTORY_MAX if limit is None else limit + 1)
-        return _paged(jobs, job_record(), limit)
+        record, stats = job_record(), self._run_stats(jobs)
+        return _paged(jobs, lambda j: {**record(j), **stats(j)}, limit)
+
+    def _run_stats(self, jobs: list[Job]) -> Callable[[Job], dict[str, Any]]:
+        """Each job's latest run's peak memory and CPU time (None while it runs or unknown)."""
+        known = self.store.run_stats((j.id, j.restart_count) for j in jobs
+                                     if j.state.terminal)
+        return lambda j: known.get(j.id, _NO_STATS)
 
     def _req_accounting(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                         ) -> dict:
@@ -764,7 +783,11 @@ class Head:
             launch.confirmed.add(node.name)
             launch.holding.discard(node.name)
             launch.results[node.name] = (str(msg.get("state") or "FAILED"), msg.get("exit_code"))
+            launch.add_usage(msg)
             self._rank_finished(job, launch, now)
+            if launch.max_rss is not None or launch.cpu_s is not None:
+                # Onto the run's row (made when its last rank, or its first failed one, ended).
+                self.store.set_run_stats(job.id, msg["restart"], launch.max_rss, launch.cpu_s)
             if msg.get("note") and job.state.terminal and not job.reason:
                 # Why it could not start (its output file, say): shown by `gq show`.
                 job.reason = str(msg["note"])[:protocol.MAX_NOTE]
@@ -1082,6 +1105,9 @@ class Head:
     def _checkpoint_dir(self, job: Job) -> str:
         root = self.cfg.head.checkpoint_root
         return f"{root.rstrip('/')}/{job.spec.user}/{job.id}" if root else ""
+
+
+_NO_STATS = {"max_rss": None, "total_cpu_s": None}
 
 
 def _ref(raw: Any) -> int | str:

@@ -29,6 +29,7 @@ from gq.model import JobState
 from gq.node import disk, shepherd, trash
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
+from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
 
 log = logging.getLogger("gq.node")
@@ -52,7 +53,8 @@ class NodeDaemon:
     def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
-                 ctx: zmq.Context | None = None, signals: service.Signals | None = None):
+                 ctx: zmq.Context | None = None, signals: service.Signals | None = None,
+                 isolation: NodeIsolation | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
         self.health = health
         #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
@@ -67,6 +69,8 @@ class NodeDaemon:
         self.outbox = Outbox(state_dir / "outbox")
         self.disk = disk.StateDisk(state_dir)
         self.runs: dict[tuple[int, int], Run] = {}
+        #: Each run's cgroup, CPUs, device rules and /tmp; none without cgroups.
+        self.isolation = isolation or NodeIsolation(None, state_dir)
         # `gqnode --virtual` gives all its identities one context and one set of signal flags.
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
@@ -104,6 +108,9 @@ class NodeDaemon:
             self.runs[(job_id, restart)] = run
             if not _alive(pid, pid_started):
                 self._ended(run)
+            else:
+                self.isolation.adopted((job_id, restart), run_dir)
+        self.isolation.sweep(set(self.runs))  # cgroups and /tmp of runs that are gone
         log.info("adopted %d running jobs; %d reports waiting", len(self.runs), len(self.outbox))
 
     def register(self) -> None:
@@ -208,6 +215,7 @@ class NodeDaemon:
             if not self.disk.failed(exc):
                 self.launch_problem = problem
             log.error("job %d run %d: %s", msg["job_id"], msg["restart"], problem)
+            self.isolation.forget((msg["job_id"], msg["restart"]))
             self._next_heartbeat = 0.0
             self.outbox.put({"node": self.name, "job_id": msg["job_id"],
                              "restart": msg["restart"], "event": protocol.FINISHED,
@@ -227,6 +235,8 @@ class NodeDaemon:
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
         # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
         # either way). The order needs no atomic write either: its directory is renamed whole.
+        # With it, how the run is confined (gq.node.isolation), for its shepherd and for us.
+        msg = {**msg, "isolation": self.isolation.plan(msg)}
         (tmp / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(msg, use_bin_type=True))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
@@ -287,18 +297,27 @@ class NodeDaemon:
         is committed the run's directory (with the status the shepherd wrote durably) stands for
         it: adopt() reports a run again unless the outbox holds its end."""
         status = shepherd.read_status(run.dir)
+        # Its CPUs are free; what a dead shepherd left in the job's cgroup is killed.
+        used, left = self.isolation.ended((run.job_id, run.restart), run.dir, status is None)
         if status is None:
             # The shepherd was killed (the host rebooted, the OOM killer): a node fault, not the
             # job's, so gqd requeues it (within its --retries). Nothing may go on running it.
-            killed = shepherd.kill_orphaned_job(run.dir)
+            killed = shepherd.kill_orphaned_job(run.dir) or left
             status = {"state": JobState.NODE_FAIL.value, "exit_code": None,
                       "end_time": time.time(),
                       "note": "its shepherd died without writing a status (node rebooted?)"
                       + ("; its leftover processes were killed" if killed else "")}
+            if used is not None:
+                status.update(max_rss=used.max_rss, cpu_s=used.cpu_s)
+        if status.get("setup_error") and not self.launch_problem:
+            # The node cannot confine jobs (its cgroups, a mount): drained, as for a launch.
+            self.launch_problem = f"gqnode cannot launch jobs: {status.get('note')}"
+            self._next_heartbeat = 0.0
         self.outbox.put({"node": self.name, "job_id": run.job_id, "restart": run.restart,
                          "event": protocol.FINISHED, "state": status["state"],
                          "exit_code": status["exit_code"], "time": status["end_time"],
-                         "note": str(status.get("note") or "")[:protocol.MAX_NOTE]})
+                         "note": str(status.get("note") or "")[:protocol.MAX_NOTE],
+                         **protocol.usage_fields(status)})
         if status.get("note"):
             log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
         self.runs.pop((run.job_id, run.restart), None)
@@ -346,6 +365,7 @@ class NodeDaemon:
 
     def close(self) -> None:
         trash.flush()
+        self.isolation.close()
         self.sock.close()
         if self._own_ctx:
             self.ctx.term()

@@ -36,6 +36,11 @@ class GpuSource(Protocol):
         """Problems found now, one human-readable line each; empty when healthy."""
         ...
 
+    def device_minors(self) -> dict[int, int]:
+        """GPU index -> the minor number of its device file /dev/nvidiaMINOR (for the job's
+        device rules); a GPU left out has its index as its minor."""
+        ...
+
     def close(self) -> None:
         ...
 
@@ -52,6 +57,9 @@ class FakeGpus:
 
     def discover(self) -> list[Gpu]:
         return list(self._gpus)
+
+    def device_minors(self) -> dict[int, int]:
+        return {g.index: g.index for g in self._gpus}
 
     def telemetry(self) -> dict[int, dict[str, int]]:
         return {g.index: {"util": 0, "mem_used": 0, "temp": FAKE_TEMP} for g in self._gpus}
@@ -100,6 +108,9 @@ class NoGpus:
     def discover(self) -> list[Gpu]:
         return []
 
+    def device_minors(self) -> dict[int, int]:
+        return {}
+
     def telemetry(self) -> dict[int, dict[str, int]]:
         return {}
 
@@ -138,6 +149,18 @@ class NvmlGpus:
                             memory=int(nv.nvmlDeviceGetMemoryInfo(handle).total),
                             uuid=_text(nv.nvmlDeviceGetUUID(handle))))
         return gpus
+
+    def device_minors(self) -> dict[int, int]:
+        # NVML numbers GPUs in PCI bus order, the driver its device files in probe order:
+        # usually the same, not always.
+        minors = {}
+        for i in range(self._count):
+            try:
+                minors[i] = int(self._nvml.nvmlDeviceGetMinorNumber(
+                    self._nvml.nvmlDeviceGetHandleByIndex(i)))
+            except self._nvml.NVMLError:
+                continue
+        return minors
 
     def telemetry(self) -> dict[int, dict[str, int]]:
         nv = self._nvml

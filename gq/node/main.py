@@ -23,6 +23,7 @@ from gq.model import parse_size
 from gq.node.daemon import NodeDaemon
 from gq.node.gpus import FAULT_FILE, open_gpus
 from gq.node.health import HealthCheck
+from gq.node.isolation import NodeIsolation
 from gq.node.virtual import VirtualNodes
 from gq.pidfile import acquire
 
@@ -70,12 +71,17 @@ def main(argv: list[str] | None = None) -> int:
 def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
           ctx: zmq.Context | None = None, signals: service.Signals | None = None) -> NodeDaemon:
     """The node `name` as the command line and configuration describe it."""
+    gpus = open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE)
+    cpus = cfg.node.cpus or os.cpu_count() or 1
+    mem = parse_size(cfg.node.mem) or psutil.virtual_memory().total
+    # Virtual identities share one host: their CPU picks would collide, and a benchmark of
+    # thousands of jobs measures gq, not cgroups. They get cgroups only when asked for.
+    kind = "off" if args.virtual and cfg.node.cgroups == "auto" else None
+    isolation = NodeIsolation.configured(cfg.node, name, state_dir, gpus.discover(),
+                                         gpus.device_minors(), cfg.node.cpus, mem, kind)
     return NodeDaemon(
-        name=name, head=args.head or cfg.node.head, state_dir=state_dir,
-        gpus=open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE),
-        addr=args.addr or socket.gethostname(),
-        cpus=cfg.node.cpus or os.cpu_count() or 1,
-        mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
+        name=name, head=args.head or cfg.node.head, state_dir=state_dir, gpus=gpus,
+        addr=args.addr or socket.gethostname(), cpus=cpus, mem=mem, isolation=isolation,
         heartbeat_s=cfg.node.heartbeat_s,
         curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
         health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,

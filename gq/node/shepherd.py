@@ -34,6 +34,7 @@ import msgpack
 from gq.errors import GqError
 from gq.fsutil import write_atomic
 from gq.model import JobSignal, JobState, parse_signal
+from gq.node.isolation import RunIsolation, SetupError
 
 LAUNCH_FILE = "launch.msg"
 #: The run's record, one line a fact, appended as each is known: "shepherd PID START" (gqnode,
@@ -194,24 +195,34 @@ def run(run_dir: Path) -> int:
     adopter = _adopt_orphans()
     started = time.time()  # for the status (a date); the limit counts from `began`
     began = time.monotonic()
+    jail = RunIsolation.of(launch)  # its cgroup and private /tmp (gq.node.isolation)
     try:
-        proc = _start(run_dir, launch)
+        proc = _start(run_dir, launch, jail)
     except OSError as exc:
+        jail.finish(lambda: _reap_orphans(0))
+        if isinstance(exc, SetupError):  # the node's fault: requeued, and the node drained
+            _write_status(run_dir, JobState.NODE_FAIL, None, started, note=str(exc),
+                          setup_error=True)
+            return 0
         # The note reaches `gq show` as the job's reason; the error file may be what failed.
         _note(launch, f"gq: job could not start: {exc}")
         _write_status(run_dir, JobState.FAILED, 127 if isinstance(exc, FileNotFoundError) else 126,
                       started, note=str(exc))
         return 0
+    jail.started(proc.pid)
     with contextlib.suppress(OSError):
         import psutil
         # No fsync: the job's processes do not outlive a host crash either.
         record(run_dir, "job", f"{proc.pid} {psutil.Process(proc.pid).create_time()}")
-    state, code = _supervise(proc, launch, began, run_dir)
-    if not adopter or _children() != []:
+    state, code = _supervise(proc, launch, began, run_dir, jail)
+    if not jail.tracks and (not adopter or _children() != []):
         # Something of the job may be left; as the adopter of its orphans, having no children
         # proves that nothing is, which saves scanning every process on the host (most jobs).
+        # (A job's cgroup holds all of its processes: `finish` kills them.)
         _kill_session(proc.pid)
-    _write_status(run_dir, state, code, started)
+    usage = jail.finish(lambda: _reap_orphans(proc.pid))
+    state, note = jail.outcome(state, usage)
+    _write_status(run_dir, state, code, started, note=note, usage=usage)
     return 0
 
 
@@ -239,7 +250,8 @@ def _reap_orphans(job_pid: int) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def _start(run_dir: Path, launch: dict[str, Any]) -> subprocess.Popen[bytes]:
+def _start(run_dir: Path, launch: dict[str, Any], jail: RunIsolation
+           ) -> subprocess.Popen[bytes]:
     spec = launch["spec"]
     uid, gid = spec["uid"], spec["gid"]
     if os.geteuid() != 0 and uid != os.geteuid():
@@ -248,6 +260,7 @@ def _start(run_dir: Path, launch: dict[str, Any]) -> subprocess.Popen[bytes]:
         raise PermissionError(f"gqnode runs as uid {os.geteuid()}, not root, and cannot run a "
                               f"job of uid {uid}")
     switch = os.geteuid() == 0 and uid != 0
+    jail.prepare(uid, gid)
     script = run_dir / "script"
     write_atomic(script, spec["script"].encode(), mode=0o700, durable=False)  # run at once
     if switch:
@@ -260,13 +273,15 @@ def _start(run_dir: Path, launch: dict[str, Any]) -> subprocess.Popen[bytes]:
         out = _open_output(launch["stdout"], append=restart > 0)
         err = out if launch["stderr"] == launch["stdout"] else _open_output(launch["stderr"],
                                                                            append=restart > 0)
+    # The command may be wrapped (systemd-run, which then switches to the user itself).
+    argv, popen_switch = jail.command([str(script), *spec.get("args", [])], uid, gid, switch)
     try:
-        with _signals_unblocked():
+        with _signals_unblocked(), jail.spawning():
             return subprocess.Popen(
-                [str(script), *spec.get("args", [])], cwd=spec["cwd"], env=env,
+                argv, cwd=spec["cwd"], env=env,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                user=uid if switch else None, group=gid if switch else None,
-                extra_groups=_groups(uid, gid) if switch else None, close_fds=True)
+                user=uid if popen_switch else None, group=gid if popen_switch else None,
+                extra_groups=_groups(uid, gid) if popen_switch else None, close_fds=True)
     finally:
         os.close(out)
         if err != out:
@@ -369,7 +384,7 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
 
 
 def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float,
-               run_dir: Path) -> tuple[JobState, int]:
+               run_dir: Path, jail: RunIsolation) -> tuple[JobState, int]:
     """Wait for the job, sending its --signal, enforcing its time limit and passing on stops;
     (state, exit code). `started` and every timer are time.monotonic(): a step of the wall clock
     (NTP, an admin's `date -s`) moves no limit or grace time. The shepherd holds them for the
@@ -385,13 +400,13 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
     while (rc := proc.poll()) is None:
         now = time.monotonic()
         if warning and warn_at is not None and ending is None and now >= warn_at:
-            _deliver(proc.pid, warning.number, warning.batch_only)
+            _deliver(proc.pid, warning.number, warning.batch_only, jail)
             warn_at = None
         if deadline is not None and ending is None and now >= deadline:
             ending, kill_at = JobState.TIMEOUT, now + grace
-            _signal_group(proc.pid, signal.SIGTERM)
+            _signal_group(proc.pid, signal.SIGTERM, jail)
         if kill_at is not None and now >= kill_at:
-            _signal_group(proc.pid, signal.SIGKILL)
+            _signal_group(proc.pid, signal.SIGKILL, jail)
             kill_at = None
         timers = (warn_at, deadline) if ending is None else ()
         wake = [t for t in (*timers, kill_at) if t is not None]
@@ -404,12 +419,12 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
             continue
         if info.si_signo == signal.SIGUSR1:
             ending = ending or JobState.CANCELLED
-            _signal_group(proc.pid, signal.SIGKILL)
+            _signal_group(proc.pid, signal.SIGKILL, jail)
         elif ending is None:  # SIGTERM / SIGINT: a cancel, a preemption or `cancel --signal`
             stop = _stop_order(run_dir, grace)
             if not stop.no_kill:
                 ending, kill_at = JobState.CANCELLED, time.monotonic() + stop.grace_s
-            _deliver(proc.pid, stop.signum, stop.batch_only)
+            _deliver(proc.pid, stop.signum, stop.batch_only, jail)
     code = rc if rc >= 0 else 128 - rc
     if ending is not None:
         return ending, code
@@ -483,18 +498,20 @@ def _read_trusted(path: Path) -> str:
         return f.read()
 
 
-def _deliver(pid: int, signum: int, batch_only: bool) -> None:
+def _deliver(pid: int, signum: int, batch_only: bool, jail: RunIsolation) -> None:
     """Signal the job: its whole process group, or (`B:`) only its top process, the script."""
     if batch_only:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signum)
     else:
-        _signal_group(pid, signum)
+        _signal_group(pid, signum, jail)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def _signal_group(pgid: int, sig: int, jail: RunIsolation) -> None:
+    """The job's process group, and every other process in its cgroup (those that left it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+    jail.signal(sig)
 
 
 def kill_orphaned_job(run_dir: Path) -> bool:
@@ -571,11 +588,15 @@ def _note(launch: dict[str, Any], text: str) -> None:
 
 
 def _write_status(run_dir: Path, state: JobState, code: int | None, started: float,
-                  note: str = "") -> None:
+                  note: str = "", usage: Any = None, setup_error: bool = False) -> None:
     """The run's only result: on a full disk (past what gqnode reserved for the record, see
     gq.node.disk), the shepherd waits for space rather than end without it, a lost run."""
     status = {"state": state.value, "exit_code": code, "start_time": started,
               "end_time": time.time(), "note": note[:_MAX_NOTE]}
+    if usage is not None:  # a gq.node.cgroups.Usage: what the run used (MaxRSS, TotalCPU)
+        status.update(max_rss=usage.max_rss, cpu_s=usage.cpu_s)
+    if setup_error:
+        status["setup_error"] = True
     while True:
         try:
             return record(run_dir, "status", json.dumps(status), durable=True)
