@@ -31,3 +31,17 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
         os.fsync(dir_fd)  # the rename itself must survive a power cut
     finally:
         os.close(dir_fd)
+
+
+def private_dir(path: Path, mode: int) -> None:
+    """Create `path` if need be and give it exactly `mode` (0700, or 0711 where others must pass
+    through but not list): a directory made by an older gq, or under a loose umask, is
+    tightened. Missing parents get 0755, as before gq's daemons set a 0077 umask: a node's run
+    directories below may have to be reached by their jobs' owners."""
+    for parent in reversed(path.parents):
+        if not parent.exists():
+            parent.mkdir(exist_ok=True)
+            os.chmod(parent, 0o755)
+    path.mkdir(exist_ok=True, mode=mode)
+    if path.stat().st_mode & 0o7777 != mode:
+        os.chmod(path, mode)

@@ -28,6 +28,7 @@ import zmq
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
 from gq.errors import GqError
+from gq.fsutil import private_dir
 from gq.model import JobState, parse_size
 from gq.node import shepherd, trash
 from gq.node.gpus import FAULT_FILE, GpuSource, open_gpus
@@ -63,7 +64,10 @@ class NodeDaemon:
         self.launch_problem = ""
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        # 0711: no one else lists them, but a job's owner reaches its run directory (0700, theirs)
+        # to execute the script there.
+        private_dir(state_dir, 0o711)
+        private_dir(self.jobs_dir, 0o711)
         self.gpu_source = gpus
         self.gpus = gpus.discover()
         self.cpus, self.mem = cpus, mem
@@ -217,11 +221,13 @@ class NodeDaemon:
             return  # a resent launch: this run already started here
         tmp = self.jobs_dir / f".{run_dir.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp.mkdir(mode=0o700)
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
         # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
         # either way). The order needs no atomic write either: its directory is renamed whole.
-        (tmp / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(msg, use_bin_type=True))
+        with open(os.open(tmp / shepherd.LAUNCH_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                          0o600), "wb") as order:  # the job's environment: its secrets
+            order.write(msgpack.packb(msg, use_bin_type=True))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
         started = _proc_start(pid)
@@ -381,10 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         # Real GPUs belong to one node: N identities sharing them would hand each out N times.
         parser.error("--virtual takes a count of 1 or more, and needs --fake-gpus")
     service.setup_logging(args.log_level)
+    os.umask(0o077)  # what gqnode writes is its own (a shepherd sets the job's umask)
     try:
         cfg = config_mod.load(args.config)
         name = args.name or socket.gethostname().split(".")[0]
         state_dir = Path((args.state_dir or cfg.node.state_dir).replace("{name}", name))
+        private_dir(state_dir, 0o711)
         lock = acquire(state_dir / "gqnode.pid")
         if args.virtual:
             from gq.node.virtual import VirtualNodes

@@ -21,7 +21,7 @@ from gq.fsutil import write_atomic
 class Outbox:
     def __init__(self, directory: Path):
         self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._entries: dict[int, dict[str, Any]] = {}
         #: File name -> sequence numbers in it not yet acked; the file goes with the last ack.
         self._files: dict[str, set[int]] = {}
@@ -63,7 +63,7 @@ class Outbox:
         if not self._staged:
             return
         name = f"{self._staged[0]['seq']:016d}.msg"
-        write_atomic(self.dir / name, msgpack.packb(self._staged, use_bin_type=True))
+        write_atomic(self.dir / name, msgpack.packb(self._staged, use_bin_type=True), mode=0o600)
         self._add_file(name, self._staged)
         self._staged = []
 
