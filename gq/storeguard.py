@@ -153,7 +153,8 @@ def check(db: Path, known_schema: int) -> bool:
         left = " and ".join(p.name for p in (mark.path, wal) if p.exists())
         if left:
             raise StoreMissing(
-                f"{db} is missing, but {left} beside it show a cluster ran here: refusing to "
+                f"{db} is missing, but {left} beside it {'show' if ' and ' in left else 'shows'}"
+                f" a cluster ran here: refusing to "
                 f"start an empty one. Put the database back (with its WAL, if it had one), "
                 f"restore a backup with `gq admin restore FILE` (gqd stopped), or, to start a "
                 f"new, empty cluster, remove {left}")

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gq import storeguard
-from gq.errors import (StoreBehind, StoreCorrupt, StoreEmpty, StoreMissing, StoreNewer,
+from gq import storecopy, storeguard
+from gq.errors import (RefusedError, StoreBehind, StoreCorrupt, StoreEmpty, StoreMissing, StoreNewer,
                        StoreTruncated)
 from gq.model import Job, JobSpec
+from gq.pidfile import acquire
 from gq.store import SCHEMA_VERSION, Store
 from gq.storeguard import Acked, Mark
 
@@ -188,3 +189,52 @@ def test_the_check_reads_a_live_wal_without_changing_it(crashed: Path) -> None:
     assert storeguard.check(crashed, SCHEMA_VERSION) is False
     assert hashes(crashed.parent) == before
     assert {p.name for p in crashed.parent.iterdir()} == set(before)  # no view left behind
+
+
+# ---------------------------------------------------------------- backup and restore
+
+
+def test_backup_of_a_stopped_store_writes_nothing_beside_it(crashed: Path, tmp_path: Path) -> None:
+    before = hashes(crashed.parent)
+    held, jobs = storecopy.backup(crashed, tmp_path / "copy.db")
+    assert hashes(crashed.parent) == before
+    assert (held.job_id, jobs) == (200, 200)  # the WAL's commits too
+    assert storeguard.inspect(tmp_path / "copy.db", SCHEMA_VERSION) == held
+
+
+def test_restore_in_place_accepts_a_lost_wal_only_when_forced(crashed: Path) -> None:
+    storeguard.side_files(crashed)[0].unlink()
+    with pytest.raises(StoreBehind, match="would lose"):
+        storecopy.restore(crashed, crashed, False, SCHEMA_VERSION)
+    held, marked, kept = storecopy.restore(crashed, crashed, True, SCHEMA_VERSION)
+    assert marked is not None and marked.job_id == 200 and held.job_id < 200
+    assert kept is not None and kept.exists()
+    store = Store(crashed)  # the guard passes now
+    try:
+        _add_jobs(store, 1)
+        assert store.acked().job_id == 201, "an acknowledged id was handed out again"
+    finally:
+        store.close()
+
+
+def test_restore_never_leaves_the_old_wal_beside_the_copy(crashed: Path, tmp_path: Path) -> None:
+    storecopy.backup(crashed, tmp_path / "copy.db")
+    old_wal = storeguard.side_files(crashed)[0].read_bytes()
+    storecopy.restore(tmp_path / "copy.db", crashed, False, SCHEMA_VERSION)
+    wal, shm = storeguard.side_files(crashed)
+    assert not wal.exists() and not shm.exists()
+    kept = [p for p in crashed.parent.iterdir() if p.name.endswith("-wal")]
+    assert [p.read_bytes() for p in kept] == [old_wal]  # set aside with its database
+    store = Store(crashed)
+    assert store.acked().job_id == 200
+    store.close()
+
+
+def test_restore_refuses_while_gqd_runs(crashed: Path, tmp_path: Path) -> None:
+    storecopy.backup(crashed, tmp_path / "copy.db")
+    lock = acquire(crashed.parent / "gqd.pid")
+    try:
+        with pytest.raises(RefusedError, match="gqd is running"):
+            storecopy.restore(tmp_path / "copy.db", crashed, True, SCHEMA_VERSION)
+    finally:
+        os.close(lock)
