@@ -33,15 +33,21 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
         os.close(dir_fd)
 
 
+def make_dirs(path: Path, mode: int = 0o755) -> None:
+    """Create `path` and its missing parents, each with exactly `mode` whatever the umask (gq's
+    daemons run under 0077); directories that exist are left as they are."""
+    for directory in (*reversed(path.parents), path):
+        if not directory.exists():
+            directory.mkdir(exist_ok=True)
+            os.chmod(directory, mode)
+
+
 def private_dir(path: Path, mode: int) -> None:
     """Create `path` if need be and give it exactly `mode` (0700, or 0711 where others must pass
     through but not list): a directory made by an older gq, or under a loose umask, is
     tightened. Missing parents get 0755, as before gq's daemons set a 0077 umask: a node's run
     directories below may have to be reached by their jobs' owners."""
-    for parent in reversed(path.parents):
-        if not parent.exists():
-            parent.mkdir(exist_ok=True)
-            os.chmod(parent, 0o755)
+    make_dirs(path.parent)
     path.mkdir(exist_ok=True, mode=mode)
     if path.stat().st_mode & 0o7777 != mode:
         os.chmod(path, mode)

@@ -18,7 +18,7 @@ import zmq
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
 from gq.errors import ConfigError, GqError, ProtocolError, StoreError, StoreRefused
-from gq.fsutil import private_dir
+from gq.fsutil import make_dirs, private_dir
 from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
@@ -122,7 +122,7 @@ class HeadServer:
         sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
         if endpoint.startswith("ipc://"):
             path = Path(endpoint[len("ipc://"):])
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)  # 0755 under gqd's umask: who may connect is ZAP's call
             path.unlink(missing_ok=True)  # stale from a crash; we hold the pid lock
         sock.bind(endpoint)
         if endpoint.startswith("ipc://"):
