@@ -19,6 +19,7 @@ import msgpack
 
 from gq import storeguard
 from gq.errors import StoreCorrupt, StoreError, StoreNewer, StoreRefused
+from gq.fsutil import rename_durably
 from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
 
 #: Each migration takes the schema from version i to i + 1.
@@ -427,13 +428,7 @@ def _create(path: Path) -> None:
         conn.execute("COMMIT")
     finally:
         conn.close()  # the last connection: the WAL is checkpointed into the file and removed
-    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    storeguard.fsync_dir(path.parent)
+    rename_durably(tmp, path)
 
 
 def _make_private(path: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from gq import storeguard
 from gq.errors import (NotFoundError, PermissionDenied, RefusedError, StoreBehind, StoreCorrupt,
                        UsageError)
-from gq.fsutil import private_dir
+from gq.fsutil import fsync_dir, private_dir, rename_durably
 from gq.pidfile import read_alive
 from gq.storeguard import Acked
 
@@ -67,7 +67,7 @@ def restore(source: Path, db: Path, force: bool, known_schema: int) -> tuple[Ack
         _copy(src, tmp, marked)
     kept = _set_aside(db)
     os.rename(tmp, db)
-    storeguard.fsync_dir(db.parent)
+    fsync_dir(db.parent)
     return held, marked, kept
 
 
@@ -111,13 +111,7 @@ def _copy(src: sqlite3.Connection, target: Path, past: Acked | None) -> tuple[Ac
             jobs = int(dst.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
         finally:
             dst.close()
-        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, target)
-        storeguard.fsync_dir(target.parent)
+        rename_durably(tmp, target)
     except sqlite3.Error as exc:
         tmp.unlink(missing_ok=True)
         raise StoreCorrupt(f"cannot copy the database: {exc}") from None
@@ -155,5 +149,5 @@ def _set_aside(db: Path) -> Path | None:
     found = db.exists()
     if found:
         os.rename(db, kept)
-    storeguard.fsync_dir(db.parent)
+    fsync_dir(db.parent)
     return kept if found else None

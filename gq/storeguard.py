@@ -28,12 +28,13 @@ import shutil
 import sqlite3
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gq.errors import (StoreBehind, StoreCorrupt, StoreEmpty, StoreMissing, StoreNewer,
                        StoreTruncated)
+from gq.fsutil import fsync_dir
 
 log = logging.getLogger("gq.store")
 
@@ -129,14 +130,6 @@ def _parse(slot: bytes) -> Acked | None:
         return None
     body = b"commits=" + m[1] + b" job=" + m[2]
     return Acked(int(m[1]), int(m[2])) if f"{zlib.crc32(body):08x}" == m[3].decode() else None
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------- the check
@@ -290,9 +283,10 @@ def readonly(db: Path) -> Iterator[sqlite3.Connection]:
     room for a directory), copies in the system's temporary directory.
     """
     wal, _ = side_files(db)
-    view = _linked_view(db, wal)
-    if view is None:
-        view = _copied_view(db, wal)
+    try:
+        view = _view(db, wal, db.parent, os.link)
+    except OSError:
+        view = _view(db, wal, None, shutil.copyfile)
     try:
         conn = sqlite3.connect(f"file:{view / db.name}?mode=ro", uri=True, isolation_level=None,
                                check_same_thread=False)
@@ -306,27 +300,14 @@ def readonly(db: Path) -> Iterator[sqlite3.Connection]:
         shutil.rmtree(view, ignore_errors=True)
 
 
-def _linked_view(db: Path, wal: Path) -> Path | None:
+def _view(db: Path, wal: Path, parent: Path | None, put: Callable[[Path, Path], object]) -> Path:
+    """A new private directory (in `parent`, else the system's) where `put` (a link, a copy)
+    places `db` and its WAL."""
+    view = Path(tempfile.mkdtemp(prefix=f".{db.name}-check-", dir=parent))
     try:
-        view = Path(tempfile.mkdtemp(prefix=f".{db.name}-check-", dir=db.parent))
-    except OSError:
-        return None
-    try:
-        os.link(db, view / db.name)
+        put(db, view / db.name)
         if wal.exists():
-            os.link(wal, view / wal.name)
-    except OSError:
-        shutil.rmtree(view, ignore_errors=True)
-        return None
-    return view
-
-
-def _copied_view(db: Path, wal: Path) -> Path:
-    view = Path(tempfile.mkdtemp(prefix=f"{db.name}-check-"))
-    try:
-        shutil.copyfile(db, view / db.name)
-        if wal.exists():
-            shutil.copyfile(wal, view / wal.name)
+            put(wal, view / wal.name)
     except OSError:
         shutil.rmtree(view, ignore_errors=True)
         raise
