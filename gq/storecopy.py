@@ -34,11 +34,15 @@ def backup(db: Path, target: Path) -> tuple[Acked, int]:
     many jobs."""
     if target.exists():
         raise UsageError(f"{target} exists: gq admin backup writes a new file")
-    if not db.exists():
-        raise NotFoundError(f"no gq database at {db}: run gq admin backup on the head host")
     if not os.access(db, os.R_OK):
-        raise PermissionDenied(f"{db} is readable only by the user gqd runs as (it holds every "
-                               f"job's environment): run gq admin backup as that user (root)")
+        try:
+            db.stat()
+        except FileNotFoundError:
+            raise NotFoundError(f"no gq database at {db}: run gq admin backup on the head "
+                                f"host") from None
+        except PermissionError:
+            pass
+        raise _denied(db, "backup")
     with _source(db) as src:
         return _copy(src, target, None)
 
@@ -47,6 +51,8 @@ def restore(source: Path, db: Path, force: bool, known_schema: int) -> tuple[Ack
                                                                            Path | None]:
     """Put a copy of `source` in place of `db` (gqd stopped): what it holds, what the mark said
     (None: no mark), and where the database it replaced was kept (None: there was none)."""
+    if db.parent.exists() and not os.access(db.parent, os.R_OK | os.W_OK | os.X_OK):
+        raise _denied(db, "restore")
     pid = read_alive(db.parent / PID_FILE)
     if pid is not None:
         raise RefusedError(f"gqd is running (pid {pid}) on {db.parent}: stop it first "
@@ -69,6 +75,11 @@ def restore(source: Path, db: Path, force: bool, known_schema: int) -> tuple[Ack
     os.rename(tmp, db)
     fsync_dir(db.parent)
     return held, marked, kept
+
+
+def _denied(db: Path, command: str) -> PermissionDenied:
+    return PermissionDenied(f"{db} is only for the user gqd runs as (it holds every job's "
+                            f"environment): run gq admin {command} as that user (root)")
 
 
 @contextlib.contextmanager

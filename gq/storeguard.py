@@ -142,6 +142,10 @@ def check(db: Path, known_schema: int) -> bool:
     version this gq knows."""
     wal, _ = side_files(db)
     mark = Mark(db)
+    # Views a check killed midway left (gqd holds its pid lock: no other check runs): their
+    # links would keep an old database's blocks, and its secrets, alive.
+    for old in db.parent.glob(f".{db.name}-check-*"):
+        shutil.rmtree(old, ignore_errors=True)
     if not db.exists():
         left = " and ".join(p.name for p in (mark.path, wal) if p.exists())
         if left:

@@ -238,3 +238,11 @@ def test_restore_refuses_while_gqd_runs(crashed: Path, tmp_path: Path) -> None:
             storecopy.restore(tmp_path / "copy.db", crashed, True, SCHEMA_VERSION)
     finally:
         os.close(lock)
+
+
+def test_a_view_left_by_a_check_cut_short_is_removed(clean: Path) -> None:
+    left = clean.parent / ".gq.db-check-killed"
+    left.mkdir()
+    os.link(clean, left / "gq.db")  # would keep this database's blocks alive once replaced
+    assert storeguard.check(clean, SCHEMA_VERSION) is False
+    assert not left.exists()

@@ -35,7 +35,7 @@ AS_USER = r"""
 import os, sys
 import msgpack, zmq
 import gq.cli.main as cli, gq.cli.app, gq.cli.fast, gq.client, gq.cli.render, gq.protocol
-import gq.arrays, gq.deps
+import gq.arrays, gq.deps, gq.storecopy, gq.store
 gq.cli.app.register()
 uid, gid, groups, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 os.setgroups([int(g) for g in groups.split(",") if g])
@@ -295,6 +295,11 @@ def test_another_user_reads_nothing_of_a_jobs_secret_from_disk(site: Site) -> No
                              extra_groups=bob.groups, capture_output=True, timeout=60)
         assert cat.returncode != 0 and secret.encode() not in cat.stdout, path
         assert b"Permission denied" in cat.stderr, (path, cat.stderr)
+    # Nor can he copy the database with gq admin backup: it reads the file, with his rights.
+    backup = site.gq(bob, "admin", "backup", str(bob.work / "stolen.db"))
+    assert backup.returncode == 1 and "run gq admin backup as that user" in backup.stderr, \
+        backup.stderr
+    assert not (bob.work / "stolen.db").exists()
     # The modes that do it: private directories (0711 where a job's owner passes through to
     # its run directory), files 0600, the run directory and its script the owner's.
     modes = {p: p.stat().st_mode & 0o777 for p in (head_dir, node_dir, node_dir / "jobs",
