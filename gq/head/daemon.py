@@ -17,7 +17,8 @@ import zmq
 
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
-from gq.errors import ConfigError, ExitStatus, GqError, ProtocolError, StoreError
+from gq.errors import ConfigError, ExitStatus, GqError, ProtocolError, StoreError, StoreRefused
+from gq.fsutil import make_dirs, private_dir
 from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
@@ -123,7 +124,7 @@ class HeadServer:
         sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
         if endpoint.startswith("ipc://"):
             path = Path(endpoint[len("ipc://"):])
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)  # 0755 under gqd's umask: who may connect is ZAP's call
             path.unlink(missing_ok=True)  # stale from a crash; we hold the pid lock
         sock.bind(endpoint)
         if endpoint.startswith("ipc://"):
@@ -383,12 +384,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = service.parser("gqd", "gq head daemon")
     args = parser.parse_args(argv)
     service.setup_logging(args.log_level)
+    # Everything gqd creates is its own: the database holds every job's script and environment.
+    os.umask(0o077)
     try:
         cfg = config_mod.load(args.config)
         state_dir = Path(cfg.head.state_dir)
+        private_dir(state_dir, _state_dir_mode(cfg))
         lock = acquire(state_dir / "gqd.pid")
         store = Store(state_dir / defaults.DB_FILE)
         server = HeadServer(cfg, store)
+    except StoreRefused as exc:
+        # Nothing was written to the database; a restart would find it the same (the unit's
+        # RestartPreventExitStatus lists these statuses).
+        log.error("gqd cannot start: %s", exc)
+        return int(exc.exit_status)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqd cannot start: %s", exc)
         return int(ExitStatus.START_FAILED)
@@ -398,6 +407,15 @@ def main(argv: list[str] | None = None) -> int:
         server.close()
         store.close()
         os.close(lock)
+
+
+def _state_dir_mode(cfg: config_mod.Config) -> int:
+    """0700; 0711 where gqnode's state directory is inside gqd's (the default paths, on a host
+    that is also a node): its jobs execute their scripts, as their owners, from run directories
+    down there, which needs search permission on every directory above. Others still cannot
+    list it, and every file in it is 0600."""
+    node_dir = Path(cfg.node.state_dir.replace("{name}", "x")).absolute()
+    return 0o711 if Path(cfg.head.state_dir).absolute() in node_dir.parents else 0o700
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def _open_ours(path: Path, flags: int) -> int:
     """Open a file in the run's directory for writing as gqnode's user. The directory may be
     the job owner's: no link is followed (nor a FIFO waited on), and a file they put there
     instead of ours is refused."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     if os.fstat(fd).st_uid != os.geteuid():
         os.close(fd)
         raise PermissionError(f"{path} is not gqnode's")
@@ -464,7 +464,7 @@ def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float
     order: dict[str, Any] = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
     if no_kill:
         order["no_kill"] = True
-    write_atomic(run_dir / STOP_FILE, json.dumps(order).encode())
+    write_atomic(run_dir / STOP_FILE, json.dumps(order).encode(), mode=0o600)
 
 
 def _stop_order(run_dir: Path, default_grace: float) -> _Stop:
