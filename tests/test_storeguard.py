@@ -24,7 +24,7 @@ def _add_jobs(store: Store, n: int, commits: int = 1) -> None:
     spec = JobSpec(script="#!/bin/sh\ntrue\n", qos="normal", env={"SECRET": "x" * 500})
     for _ in range(commits):
         with store.tx():
-            store.insert_jobs([Job(id=0, spec=spec, submit_time=1.0) for _ in range(n)])
+            store.add_jobs([Job(id=0, spec=spec, submit_time=1.0) for _ in range(n)])
 
 
 def hashes(directory: Path) -> dict[str, tuple[int, str, int]]:

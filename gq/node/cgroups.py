@@ -149,15 +149,23 @@ def procs(path: str) -> list[int]:
     return found
 
 
-def remove_tree(path: str) -> bool:
-    """rmdir the cgroup at `path`, its children first; True if it is gone."""
-    if not os.path.isdir(path):
-        return True
-    gone = True
-    for top, dirs, _ in os.walk(path, topdown=False):
-        for name in dirs:
-            gone = _rmdir(posixpath.join(top, name)) and gone
-    return _rmdir(path) and gone
+def remove_tree(path: str, timeout_s: float = 1.0) -> bool:
+    """rmdir the cgroup at `path`, its children first; True if it is gone. A cgroup whose last
+    process was just killed may stay busy (EBUSY) for a moment after cgroup.procs reads empty,
+    while the kernel finishes its exit: that is retried for up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not os.path.isdir(path):
+            return True
+        gone = True
+        for top, dirs, _ in os.walk(path, topdown=False):
+            for name in dirs:
+                gone = _rmdir(posixpath.join(top, name)) and gone
+        if _rmdir(path) and gone:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(KILL_POLL_S)
 
 
 def rmdir_up(path: str, top: str) -> None:
