@@ -91,6 +91,8 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         #: Array job id -> the spec blob its tasks share (see insert_array).
         self._specs: dict[int, bytes] = {}
+        #: The open transaction was rolled back by SQLite under a savepoint (see savepoint).
+        self._lost = False
         # Autocommit mode: transactions are explicit (`tx()`), never implicit.
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
@@ -124,8 +126,12 @@ class Store:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot start a transaction: {exc}") from None
+        self._lost = False
         try:
             yield self.conn
+            if self._lost:
+                raise sqlite3.OperationalError("SQLite rolled the transaction back after an "
+                                               "error (see the log)")
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
@@ -135,8 +141,35 @@ class Store:
             raise
 
     def _rollback(self) -> None:
+        self._specs.clear()  # it may hold rows rolled back, whose ids the next insert takes
         with contextlib.suppress(sqlite3.Error):
             self.conn.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def savepoint(self, name: str, keep: tuple[type[BaseException], ...] = ()
+                  ) -> Iterator[None]:
+        """A savepoint inside the open transaction: an exception rolls back what was written
+        since, except one of `keep` (a refusal the caller raises after its checks), which keeps
+        it. The transaction itself goes on either way."""
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except keep:
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        except BaseException:
+            self._specs.clear()
+            if self.conn.in_transaction:
+                self.conn.execute(f"ROLLBACK TO {name}")
+                self.conn.execute(f"RELEASE {name}")
+            else:
+                # SQLite rolled the whole transaction back (a full disk, an I/O error): what
+                # the caller does next must not commit statement by statement, and the
+                # transaction must fail as a whole.
+                self._lost = True
+                self.conn.execute("BEGIN IMMEDIATE")
+            raise
+        self.conn.execute(f"RELEASE {name}")
 
     # ------------------------------------------------------------ schema
 
@@ -270,13 +303,14 @@ class Store:
 
     def array_task(self, array_job_id: int, index: int) -> Job | None:
         row = self.conn.execute(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ?",
-            (array_job_id, index)).fetchone()
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ? "
+            f"AND id < {_STAGED_FROM}", (array_job_id, index)).fetchone()
         return self._job(row) if row else None
 
     def array_tasks(self, array_job_id: int) -> list[Job]:
         rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? "
-                                 "ORDER BY array_index", (array_job_id,))
+                                 f"AND id < {_STAGED_FROM} ORDER BY array_index",
+                                 (array_job_id,))
         return [self._job(r) for r in rows]
 
     def history(self, since: float, until: float, user: str | None = None,
