@@ -30,7 +30,7 @@ def memory(head: Head) -> dict[str, Any]:
         "first": {k: (index.first_live(k), scan.first(k)) for k in names},
         "launches": {i: (id(l), l.sent_at, set(l.confirmed), set(l.holding), dict(l.results))
                      for i, l in table.launches.items()},
-        "due": {(s, i) for s, i in table.resends
+        "due": {(s, i) for s, i in table.launches.resends
                 if i in table.launches and table.launches[i].sent_at == s},
         "ended": dict(table.ended), "reservations": dict(table.reservations),
         "usage": table.usage.at(0.0),

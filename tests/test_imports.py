@@ -114,7 +114,7 @@ def test_the_head_s_parts_sit_above_the_job_table() -> None:
              "gq.head.listings", "gq.head.admission", "gq.head.nodes"}
     below = {"gq.head.jobs", "gq.head.journal", "gq.head.orders", "gq.head.views",
              "gq.head.index", "gq.head.reasons", "gq.head.limits", "gq.head.gate",
-             "gq.head.usage"}
+             "gq.head.usage", "gq.head.launches"}
     for name in below:
         assert not graph[name] & above, f"{name} imports {graph[name] & above}"
 

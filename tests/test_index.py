@@ -23,7 +23,7 @@ from gq.errors import GqError, StoreError
 from gq.head import gate
 from gq.head.auth import Caller
 from gq.head.core import Head
-from gq.head.jobs import LAUNCH_RESEND_S
+from gq.head.launches import LAUNCH_RESEND_S
 from gq.head.orders import LaunchOrder
 from gq.head.reasons import STOPPING
 from gq.head.views import running_view as _running_view
@@ -82,7 +82,7 @@ def scan_check(head: Head, now: float) -> None:
         _running_view(j, j.state != JobState.RUNNING or j.reason in STOPPING)
         for j in jobs if j.holds_alloc)
     # Every launch a tick may have to resend is in the heap at its latest send time.
-    due = set(head.table.resends)
+    due = set(head.table.launches.resends)
     for job_id, launch in head.table.launches.items():
         job = head.jobs[job_id]
         if job.state == JobState.RUNNING and set(job.alloc) - launch.confirmed:
@@ -366,7 +366,7 @@ def test_a_launch_is_resent_when_due_and_not_once_confirmed() -> None:
                                 "time": T0}, T0)
     head.take_orders()
     assert not resent(T0 + 10 * LAUNCH_RESEND_S)
-    assert not head.table.resends  # a confirmed launch is not looked at again
+    assert not head.table.launches.resends  # a confirmed launch is not looked at again
 
 
 def test_a_held_job_is_screened_once_per_hold() -> None:

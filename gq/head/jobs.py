@@ -1,9 +1,9 @@
 """The job table: gqd's live jobs in memory, and the only code that changes one.
 
 It holds every form a live job takes in memory: the Job objects, their index entries (index.py),
-the per-user counts (limits.Queued), the arrays' task maps, the runs sent out (Launch) and when
-to look at them again, the scheduler's views (views.py), the last pass's reservations, the ended
-parents of dependencies and fair-share usage. A job changes only through the transitions below;
+the per-user counts (limits.Queued), the arrays' task maps, the runs sent out and when to look
+at them again (launches.py), the scheduler's views (views.py), the last pass's reservations, the
+ended parents of dependencies and fair-share usage. A job changes only through the transitions below;
 each writes it through to the store, files it anew, marks the table `dirty` when a pass may now
 decide differently, journals how to undo all of that (journal.py: a failed request or batch
 takes it back, with no reload), and returns what the nodes must be told (orders.py), which the
@@ -11,24 +11,23 @@ daemon sends once the turn commits.
 
     admit     jobs already in the store (a submit's rows) enter memory, PENDING
     start     PENDING -> RUNNING on an allocation: launch orders
-    stop      RUNNING, on its way back to the queue (PREEMPTED, REQUEUED): stop orders
-    end       PENDING or RUNNING -> a terminal state (cancel: with stop orders)
+    stop      RUNNING on its way back to the queue (`preempt`; REQUEUED): stop orders; then
+              `stopped`, once no node holds it: PENDING as its next run (or PREEMPTED)
+    end       PENDING or RUNNING -> a terminal state (`cancel`: with stop orders)
     requeue   an ended job -> PENDING, as its next run
     lose      RUNNING on a failed node -> PENDING as its next run, or NODE_FAIL: kill orders
     release   no node holds a rank of it any more: its GPUs are free
-and hold, unhold, respec (`gq update`) and the reasons of pending jobs. The checks of who may
-ask for what are the callers' (actions.py, nodes.py); the table enforces what a state allows.
+and hold, unhold, respec (`gq update`), the reasons of pending jobs, and what nodes report of
+runs (adopt, rank_started, rank_ended; resend_due). Who may ask for what the callers check
+(actions.py, nodes.py); what a state allows, the table.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import heapq
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from gq import defaults
@@ -39,29 +38,16 @@ from gq.errors import GqError, NotFoundError, RefusedError
 from gq.head import gate, limits, reasons
 from gq.head.index import JobIndex
 from gq.head.journal import Journal
+from gq.head.launches import Launch, Launches
 from gq.head.orders import LaunchOrder, Order, kills
 from gq.head.usage import Usage
-from gq.head.views import Views, is_ending
+from gq.head.views import Views
 from gq.model import Job, JobSpec, JobState, Node, parse_signal
 from gq.sched import NodeView, PendingJob, Policy, Reservation, RunningJob
 from gq.sched.priority import priority_of
 from gq.store import Store
 
 log = logging.getLogger("gq.head")
-
-#: A launch not confirmed by a `started` report in this many seconds is sent again.
-LAUNCH_RESEND_S = 5.0
-
-
-@dataclass
-class Launch:
-    """Bookkeeping for a job run the head has sent out: which nodes still hold it."""
-
-    sent_at: float
-    confirmed: set[str] = field(default_factory=set)
-    holding: set[str] = field(default_factory=set)
-    #: Per rank node -> (state, exit code) once it reported finished.
-    results: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
 
 class JobTable:
@@ -92,14 +78,11 @@ class JobTable:
         self.usage = Usage(self.cfg.scheduler.fairshare_half_life_s)
         for job in self.store.finished_jobs(since=now - 4 * self.usage.half_life_s, limit=100_000):
             self.usage.charge(job, job.end_time or now)
-        self.launches: dict[int, Launch] = {}
-        #: Heap of (sent_at, job id): when each launch was sent, for resending unconfirmed
-        #: ones (an entry whose launch was sent again since, or is gone, is skipped).
-        self.resends: list[tuple[float, int]] = []
+        self.launches = Launches(self.journal)
         for job in self.index.placed():
             if job.holds_alloc:
                 self.launches[job.id] = Launch(sent_at=0.0, holding=set(job.alloc))
-                self._remind(job.id)
+                self.launches.remind(job.id)
         self.journal.commit()
         self.dirty = True
 
@@ -194,8 +177,8 @@ class JobTable:
         return self.views.of_pending((job,))[0]
 
     def running_views(self) -> tuple[RunningJob, ...]:
-        return tuple(self.views.of_running(j, is_ending(j)) for j in self.index.placed()
-                     if j.holds_alloc)
+        of_running = self.views.of_running
+        return tuple(of_running(j) for j in self.index.placed() if j.holds_alloc)
 
     def node_views(self, nodes: Iterable[Node]) -> tuple[NodeView, ...]:
         return self.views.of_nodes(nodes, self.index)
@@ -244,8 +227,7 @@ class JobTable:
         job.alloc = {n: list(g) for n, g in alloc.items()}
         job.holds_alloc = True
         self._save(job, "state", "reason", "start_time", "alloc", "holds_alloc")
-        self._keep_launch(job.id)
-        self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))
+        self.launches.put(job.id, Launch(sent_at=now, holding=set(job.alloc)))
         return self._launch(job, now)
 
     def stop(self, job: Job, reason: str, signal: str, **extra: Any) -> list[Order]:
@@ -306,7 +288,7 @@ class JobTable:
     def stopped(self, job: Job, now: float) -> None:
         """A preempted (or `gq requeue`d) job has stopped on every node: back in the queue as
         its next run."""
-        self._drop_launch(job.id)
+        self.launches.drop(job.id)
         if not job.spec.requeue:
             self._keep(job)
             job.holds_alloc = False
@@ -328,7 +310,7 @@ class JobTable:
         every node, at once or when a node comes back (a gang job's other ranks too), and free
         its GPUs; then requeue it as a new run while its --retries last, else end it NODE_FAIL."""
         out = kills(job.alloc, job, "KILL")
-        self._drop_launch(job.id)
+        self.launches.drop(job.id)
         self._keep(job)
         job.holds_alloc = False
         retries = job.spec.retries if job.spec.retries is not None else \
@@ -349,7 +331,7 @@ class JobTable:
 
     def release(self, job: Job) -> None:
         """The nodes no longer run any rank of `job`: its GPUs are free."""
-        self._drop_launch(job.id)
+        self.launches.drop(job.id)
         self._keep(job)
         job.holds_alloc = False
         self._save(job, "holds_alloc")
@@ -408,26 +390,20 @@ class JobTable:
 
     def adopt(self, job: Job, node: str, now: float) -> None:
         """A registering node runs this run of `job` (after a head restart, say)."""
-        self._keep_launch(job.id)
         if job.id not in self.launches:
-            self.launches[job.id] = Launch(now, holding=set(job.alloc))
-            self._remind(job.id)
-        self.launches[job.id].confirmed.add(node)
+            self.launches.put(job.id, Launch(now, holding=set(job.alloc)))
+            self.launches.remind(job.id)
+        self.launches.confirm(job.id, node)
 
     def rank_started(self, job: Job, node: str) -> None:
-        self._keep_launch(job.id)
-        self.launches[job.id].confirmed.add(node)
+        self.launches.confirm(job.id, node)
 
     def rank_ended(self, job: Job, node: str, state: str, code: int | None, now: float
                    ) -> list[Order]:
         """The run's rank on `node` has ended (`state`, `code`): the job ends with its first
         failed rank or its last one, goes back to the queue if it was being stopped, or is
         lost if its node failed under it."""
-        self._keep_launch(job.id)
-        launch = self.launches[job.id]
-        launch.confirmed.add(node)
-        launch.holding.discard(node)
-        launch.results[node] = (state, code)
+        launch = self.launches.rank_ended(job.id, node, state, code)
         if job.state == JobState.RUNNING and job.reason in reasons.STOPPING:
             if not launch.holding:
                 self.stopped(job, now)
@@ -454,16 +430,12 @@ class JobTable:
     def resend_due(self, now: float) -> list[Order]:
         """Launches unconfirmed for LAUNCH_RESEND_S, sent again to the nodes yet to confirm."""
         out: list[Order] = []
-        while self.resends and now - self.resends[0][0] > LAUNCH_RESEND_S:
-            entry = heapq.heappop(self.resends)
-            self.journal.record(functools.partial(heapq.heappush, self.resends, entry))
-            sent_at, job_id = entry
-            launch, job = self.launches.get(job_id), self.jobs.get(job_id)
+        for job_id in self.launches.due(now):
+            job = self.jobs.get(job_id)
             # Once its job stops running or all its nodes confirmed, a launch is never resent.
-            if launch and launch.sent_at == sent_at and job and job.state == JobState.RUNNING:
-                missing = set(job.alloc) - launch.confirmed
+            if job is not None and job.state == JobState.RUNNING:
+                missing = set(job.alloc) - self.launches[job_id].confirmed
                 if missing:
-                    self._keep_launch(job_id)
                     out += self._launch(job, now, only=missing)
         return out
 
@@ -526,23 +498,6 @@ class JobTable:
             self.index.see(job)
         self._reordered = True
 
-    def _keep_launch(self, job_id: int) -> None:
-        """Journal the job's launch bookkeeping (or that it has none) before it changes."""
-        launch = self.launches.get(job_id)
-        if launch is None:
-            self.journal.record(lambda: self.launches.pop(job_id, None))
-            return
-        was = (launch.sent_at, set(launch.confirmed), set(launch.holding), dict(launch.results))
-
-        def undo() -> None:
-            launch.sent_at, launch.confirmed, launch.holding, launch.results = was
-            self.launches[job_id] = launch
-        self.journal.record(undo)
-
-    def _drop_launch(self, job_id: int) -> None:
-        self._keep_launch(job_id)
-        self.launches.pop(job_id, None)
-
     def _unreserve(self, job_id: int) -> None:
         if job_id in self.reservations:
             was = self.reservations.pop(job_id)
@@ -555,15 +510,9 @@ class JobTable:
         self.journal.record(lambda: self.usage.restore(user, was))
         self.usage.charge(job, end)
 
-    def _remind(self, job_id: int) -> None:
-        """Look at the job's launch again LAUNCH_RESEND_S after it was sent. (A rolled-back
-        reminder stays in the heap: it no longer matches its launch, so it is skipped.)"""
-        heapq.heappush(self.resends, (self.launches[job_id].sent_at, job_id))
-
     def _launch(self, job: Job, now: float, only: set[str] | None = None) -> list[Order]:
         """The launch orders of the job's run (for the nodes in `only`, else all of them)."""
-        self.launches[job.id].sent_at = now
-        self._remind(job.id)
+        self.launches.sent(job.id, now)
         nodelist = list(job.alloc)
         record = job.to_json()
         head = self.cfg.head

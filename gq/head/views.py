@@ -45,9 +45,10 @@ class Views:
             out.append(kept[1])
         return tuple(out)
 
-    def of_running(self, job: Job, ending: bool) -> RunningJob:
+    def of_running(self, job: Job) -> RunningJob:
         """The view of a job holding GPUs, made again only when what it shows changed (a new
-        run or spec, or it began to end)."""
+        run or spec, or it began to end: it ended, or is being stopped)."""
+        ending = job.state != JobState.RUNNING or job.reason in STOPPING
         kept = self.running.get(job.id)
         if kept is None or kept[0] is not job.spec or kept[1] is not job.alloc \
                 or kept[2] != (job.start_time, ending):
@@ -99,8 +100,3 @@ def running_view(job: Job, ending: bool) -> RunningJob:
                       start_time=job.start_time or 0.0, time_limit_s=s.time_limit_s or 0,
                       cpus=s.cpus, mem=s.mem, user=s.user,
                       share_mem=(s.gpu_mem or 0) if s.share else 0, ending=ending)
-
-
-def is_ending(job: Job) -> bool:
-    """A job holding GPUs that will give them back soon: it ended, or is being stopped."""
-    return job.state != JobState.RUNNING or job.reason in STOPPING
