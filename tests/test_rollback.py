@@ -178,3 +178,27 @@ def test_a_transaction_sqlite_rolled_back_fails_whole(tmp_path: Path) -> None:
                     raise RuntimeError("disk full")
             head.handle_client({"type": protocol.SUBMIT, "rid": 2, "jobs": [spec]}, ANN, None, T0)
     assert head.store.live_jobs() == [] and head.jobs == {}
+
+
+def test_a_wait_answered_in_a_failed_batch_waits_again(head: Head) -> None:
+    """`gq wait` on a job whose end is taken back: not answered with the end that did not
+    happen, and still parked, so the real end answers it."""
+    with head.tx():
+        assert head.handle_client({"type": protocol.WAIT, "rid": 5, "ids": [1]}, ANN, "waiter",
+                                  T0) is None
+    node = next(iter(head.jobs[1].alloc))
+    end = {"type": protocol.REPORT, "node": node, "seq": 1, "job_id": 1, "restart": 0,
+           "event": protocol.FINISHED, "state": "COMPLETED", "exit_code": 0, "time": T0}
+    with pytest.raises(StoreError):
+        with head.tx():
+            head.handle_node(node, end, T0 + 1)
+            head.tick(T0 + 1)
+            assert [c for c, _ in head.deferred] == ["waiter"]
+            raise StoreError("disk full (test)")
+    head.deferred.clear()  # as gqd's loop does after a failed batch
+    assert [p.ids for p in head.listings.parked] == [[1]]
+    with head.tx():
+        head.handle_node(node, end, T0 + 2)
+        head.tick(T0 + 2)
+    [(client, reply)] = head.deferred
+    assert client == "waiter" and protocol.decode(reply)["done"] is True

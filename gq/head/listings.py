@@ -138,7 +138,8 @@ class Listings:
         return None
 
     def answer_parked(self, now: float) -> list[tuple[Any, bytes]]:
-        """Replies to the waits whose jobs have all ended or whose time is up."""
+        """Replies to the waits whose jobs have all ended or whose time is up (a turn that
+        fails to commit sends none of them: they wait again, as what they saw was taken back)."""
         keep, out = [], []
         for p in self.parked:
             jobs = [self.table.jobs.get(i) or self.store.get_job(i) for i in p.ids]
@@ -150,7 +151,10 @@ class Listings:
                                                                  self.policy)])))
             else:
                 keep.append(p)
-        self.parked = keep
+        if out:
+            was = self.parked
+            self.table.journal.record(lambda: setattr(self, "parked", was))
+            self.parked = keep
         return out
 
 
