@@ -349,7 +349,7 @@ class HeadServer:
 def _user_id(frame: zmq.Frame) -> str:
     """What the ZAP handler vouched for on the frame's connection ("" for nothing)."""
     try:
-        return frame.get("User-Id") or ""
+        return str(frame.get("User-Id") or "")
     except (zmq.ZMQError, KeyError):
         return ""
 
