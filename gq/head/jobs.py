@@ -214,8 +214,10 @@ class JobTable:
 
     def admit(self, jobs: Iterable[Job]) -> None:
         """New jobs enter memory: their rows are in the store already (submits.py)."""
+        jobs = list(jobs)
+        self.journal.record(lambda: self._remove_all(reversed(jobs)))  # one undo a chunk
         for job in jobs:
-            self._track(job)
+            self._add(job)
         self.dirty = True
 
     def start(self, job: Job, alloc: dict[str, Any], priority: int, now: float
@@ -482,6 +484,10 @@ class JobTable:
             tasks.pop(job.array_index or 0, None)
             if not tasks:
                 del self.arrays[job.array_job_id]  # type: ignore[arg-type]
+
+    def _remove_all(self, jobs: Iterable[Job]) -> None:
+        for job in jobs:
+            self._remove(job)
 
     def _track(self, job: Job) -> None:
         self.journal.record(lambda: self._remove(job))
