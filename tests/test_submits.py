@@ -164,3 +164,21 @@ def test_a_bug_in_a_submit_fails_it_alone(tmp_path, monkeypatch) -> None:  # noq
     monkeypatch.setattr(head.store, "add_staged", real)
     reply = _submit(head, [_spec(name="next")], late=False)
     assert reply is not None and list(head.jobs) == reply["ids"] == _stored(head)
+
+
+def test_a_job_still_entering_memory_is_not_changed_behind_its_back(tmp_path  # noqa: ANN001
+                                                                     ) -> None:
+    """A cancel of a job whose submit committed but is still being taken into memory is
+    refused (try again): cancelling the store's copy would leave memory running the job."""
+    head = _head(tmp_path)
+    assert _submit(head, [_spec(name="arr", array="0-2999")]) is None
+    while not head.jobs:
+        _turn(head)
+    last = 3000
+    assert last not in head.jobs and head.store.get_job(last) is not None
+    with head.tx():
+        reply = head.handle_client({"type": "cancel", "rid": 8, "ids": [last]}, ANN, None, T0)
+    assert reply["errors"] == {str(last): "job 1_2999 is still being submitted; try again"}
+    while head.submits.busy:
+        _turn(head)
+    assert head.jobs[last].state.value == head.store.get_job(last).state.value == "PENDING"
