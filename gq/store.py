@@ -112,6 +112,8 @@ class Store:
             # Read-only checks first: a database we refuse must stay byte-identical.
             if storeguard.check(self.path, SCHEMA_VERSION):
                 _create(self.path)
+        #: The open transaction was rolled back by SQLite under a savepoint (see savepoint).
+        self._lost = False
         # Autocommit mode: transactions are explicit (`tx()`), never implicit.
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
@@ -155,9 +157,13 @@ class Store:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot start a transaction: {exc}") from None
+        self._lost = False
         before = self.conn.total_changes
         try:
             yield self.conn
+            if self._lost:
+                raise sqlite3.OperationalError("SQLite rolled the transaction back after an "
+                                               "error (see the log)")
             counted = self._counting and self.conn.total_changes != before
             if counted:
                 self.conn.execute("UPDATE meta SET value = ? WHERE key = 'commits'",
@@ -175,6 +181,7 @@ class Store:
                 self._mark.write(self.acked())
 
     def _rollback(self) -> None:
+        self._specs.clear()  # it may hold rows rolled back, whose ids the next insert takes
         with contextlib.suppress(sqlite3.Error):
             self.conn.execute("ROLLBACK")
 
@@ -187,6 +194,32 @@ class Store:
         with self.tx():
             self.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('commits', '0')")
         return int(self.conn.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()[0])
+
+    @contextlib.contextmanager
+    def savepoint(self, name: str, keep: tuple[type[BaseException], ...] = ()
+                  ) -> Iterator[None]:
+        """A savepoint inside the open transaction: an exception rolls back what was written
+        since, except one of `keep` (a refusal the caller raises after its checks), which keeps
+        it. The transaction itself goes on either way."""
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except keep:
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        except BaseException:
+            self._specs.clear()
+            if self.conn.in_transaction:
+                self.conn.execute(f"ROLLBACK TO {name}")
+                self.conn.execute(f"RELEASE {name}")
+            else:
+                # SQLite rolled the whole transaction back (a full disk, an I/O error): what
+                # the caller does next must not commit statement by statement, and the
+                # transaction must fail as a whole.
+                self._lost = True
+                self.conn.execute("BEGIN IMMEDIATE")
+            raise
+        self.conn.execute(f"RELEASE {name}")
 
     # ------------------------------------------------------------ schema
 
@@ -297,8 +330,8 @@ class Store:
 
     def array_task(self, array_job_id: int, index: int) -> Job | None:
         row = self.conn.execute(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ?",
-            (array_job_id, index)).fetchone()
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ? "
+            f"AND id < {_STAGED_FROM}", (array_job_id, index)).fetchone()
         return self._job(row) if row else None
 
     def history(self, since: float, until: float, user: str | None = None,

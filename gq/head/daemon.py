@@ -221,7 +221,7 @@ class HeadServer:
         # Submits get at most this much of the turn; then the sockets are read again.
         submits.deadline = time.perf_counter() + SUBMIT_SLICE_S
         try:
-            with self.store.tx():
+            with self.head.tx():
                 for req in requests:
                     reply = self._client(req, now)
                     if reply is not None:
@@ -243,9 +243,10 @@ class HeadServer:
                     # burst of job ends is one pass, not one each (on a small queue, no wait).
                     self.pass_after = time.monotonic() + took * defaults.PASS_SPACING
         except StoreError as exc:
+            # Memory went back to the last commit with the store (Head.tx); nodes stay
+            # registered, and the reports not acked come again.
             log.error("%s (a batch of %d requests and %d node messages)", exc, len(requests),
                       len(node_msgs))
-            self.head.load(now)
             self.schedule_after = time.monotonic() + defaults.STORE_RETRY_S
             self.head.deferred.clear()
             answers, submitted = submits.aborted(exc)
@@ -261,9 +262,8 @@ class HeadServer:
         for (sock, envelope), data in self.head.deferred:
             self._send_client(sock, envelope, data)
         self.head.deferred.clear()
-        for name, data in self.head.outbox_nodes:
-            self._send_node(name, data)
-        self.head.outbox_nodes.clear()
+        for order in self.head.take_orders():
+            self._send_node(order.node, order.encode())
 
     def _client(self, req: ClientRequest, now: float) -> tuple[ClientRequest, bytes, bool] | None:
         """(request, reply, accepted) — or None when the reply is deferred."""
@@ -287,29 +287,27 @@ class HeadServer:
         return None if data is None else (req, protocol.ok(rid, **data), True)
 
     def _isolated(self, msg: dict[str, Any], caller: Any, client: Any, now: float) -> Any:
-        """Run one request in a savepoint: a bug in it cannot leave half its changes behind."""
-        conn = self.store.conn
-        conn.execute("SAVEPOINT request")
+        """Run one request in a savepoint: a bug in it costs that request alone (its changes
+        are taken back, in the store and in memory), never a reload."""
         try:
-            data = self.head.handle_client(msg, caller, client, now)
+            with self.head.isolated("request"):
+                return self.head.handle_client(msg, caller, client, now)
         except GqError:
-            conn.execute("RELEASE request")  # handlers check before they change anything
             raise
         except Exception as exc:
             log.exception("internal error handling %s", msg.get("type"))
-            conn.execute("ROLLBACK TO request")
-            conn.execute("RELEASE request")
-            self.head.load(now)
             raise GqError(f"internal error in gqd: {type(exc).__name__}: {exc}") from None
-        conn.execute("RELEASE request")
-        return data
 
     def _node(self, name: str, payload: bytes, now: float) -> None:
         try:
             msg = protocol.decode(payload, protocol.NODE_MESSAGES)
-            self.head.handle_node(name, msg, now)
+            with self.head.isolated("node"):
+                self.head.handle_node(name, msg, now)
         except GqError as exc:
             log.warning("dropping message from node %r: %s", name, exc)
+        except Exception:
+            # Taken back whole (not acked: a report comes again); gqd goes on.
+            log.exception("internal error handling a message from node %r", name)
 
     def _send_client(self, sock: zmq.Socket, envelope: list[bytes], data: bytes) -> None:
         try:
@@ -355,7 +353,7 @@ class HeadServer:
 def _user_id(frame: zmq.Frame) -> str:
     """What the ZAP handler vouched for on the frame's connection ("" for nothing)."""
     try:
-        return frame.get("User-Id") or ""
+        return str(frame.get("User-Id") or "")
     except (zmq.ZMQError, KeyError):
         return ""
 
