@@ -28,7 +28,8 @@ def memory(head: Head) -> dict[str, Any]:
         "fresh": sorted(j.id for j in jobs if j.hold and not index.seen(j.id)),
         "running": dict(index.live().running),
         "first": {k: (index.first_live(k), scan.first(k)) for k in names},
-        "launches": {i: (id(l), l.sent_at, set(l.confirmed), set(l.holding), dict(l.results))
+        "launches": {i: (id(l), l.sent_at, set(l.confirmed), set(l.holding), dict(l.results),
+                         l.max_rss, l.cpu_s)
                      for i, l in table.launches.items()},
         "due": {(s, i) for s, i in table.launches.resends
                 if i in table.launches and table.launches[i].sent_at == s},
@@ -41,7 +42,10 @@ def memory(head: Head) -> dict[str, Any]:
 
 
 def store_rows(head: Head) -> list[list[tuple]]:
-    """Every row of the store's tables."""
+    """Every row of the store's tables, but the commit counter (gq/storeguard.py): a turn's
+    transaction counts when anything was written in it, also what a savepoint took back (an
+    over-count is harmless: the mark only ever needs a lower bound)."""
     conn = head.store.conn
-    return [conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-            for t in ("jobs", "runs", "nodes", "meta")]
+    return [conn.execute(f"SELECT * FROM {t} {where} ORDER BY 1, 2").fetchall()
+            for t, where in (("jobs", ""), ("runs", ""), ("nodes", ""),
+                             ("meta", "WHERE key != 'commits'"))]
