@@ -202,7 +202,34 @@ def _run_case(name: str, case: dict, meta: dict, made: list) -> dict:
                       if any(f"Job_id={j}" in line or f"Job_id={raw}" in line for raw, j in
                              ((k, v["job_id"]) for k, v in jobs.items()))]
     result["placeholders"] = {"SUBMIT_DIR": str(sub), "HOME": str(home), "JOB_IDS": sorted(jobs, key=int)}
+    result["summary"] = summarize(result, sub)
     return result
+
+
+def summarize(result: dict, sub: pathlib.Path) -> dict:
+    """The facts a test asserts first: per job (array task) its state and exit code, per step
+    its state, exit code and tasks (rank, local rank, node index, node, GPUs), and the output
+    files (relative to the submit dir where they are under it)."""
+    rows = {r["JobIDRaw"]: r for r in result["sacct"]}
+    jobs = []
+    for raw, job in sorted(result["jobs"].items(), key=lambda kv: int(kv[0])):
+        row = rows.get(raw, {})
+        steps = {}
+        for step, tasks in job["steps"].items():
+            srow = rows.get(f"{raw}.{step}", {})
+            steps[step] = {"state": srow.get("State"), "exit_code": srow.get("ExitCode"),
+                           "ntasks": len(tasks), "name": srow.get("JobName"),
+                           "tasks": [{"procid": t["procid"], "localid": t["env"].get("SLURM_LOCALID"),
+                                      "nodeid": t["env"].get("SLURM_NODEID"), "node": t["node"],
+                                      "cuda_visible_devices": t["env"].get("CUDA_VISIBLE_DEVICES")}
+                                     for t in tasks]}
+        jobs.append({"job_id": job["job_id"], "raw_id": raw, "state": row.get("State"),
+                     "exit_code": row.get("ExitCode"), "nodelist": row.get("NodeList"),
+                     "partition": row.get("Partition"), "qos": row.get("QOS"), "account": row.get("Account"),
+                     "alloc_tres": row.get("AllocTRES"), "steps": steps})
+    outputs = sorted(str(pathlib.Path(p).relative_to(sub)) if pathlib.Path(p).is_relative_to(sub) else p
+                     for p in result["files"])
+    return {"jobs": jobs, "outputs": outputs}
 
 
 def main() -> None:

@@ -304,3 +304,8 @@ run "sinfo -N -p bf -o '%N %c %m %G %f %T'"
 run "squeue -u nosuchuser"
 run "scancel -t BOGUS"
 run "sacct -S now-1hour -X -n -P --format=State | sort | uniq -c"
+
+section "12. TMPDIR, SLURM_EXPORT_ENV, step SLURM_NNODES, background step when the batch script exits"
+a=$(env -u TMPDIR sbatch --parsable -N2 --export=ALL,FOO=1 -t 5 --wrap 'echo "B: TMPDIR=${TMPDIR-unset} EXPORT=${SLURM_EXPORT_ENV-unset} NTASKS=${SLURM_NTASKS-unset} NNODES=$SLURM_NNODES"; srun -N1 -n1 bash -c "echo T: NNODES=\$SLURM_NNODES JOB_NUM_NODES=\$SLURM_JOB_NUM_NODES TMPDIR=\${TMPDIR-unset} NTASKS=\$SLURM_NTASKS"; srun -N2 sleep 100 & sleep 3; echo batch exits')
+sleep 8; show slurm-$a.out
+run "sacct -j $a -P --format=JobID,JobName,State,ExitCode"
