@@ -81,6 +81,11 @@ MAX_NOTE = 1000
 #: schema fixes the depth of the others).
 MAX_FIELDS = 64
 MAX_DEPTH = 8
+#: Most items in all the fields of a message that no schema names (its walk costs as much).
+MAX_EXTRA_ITEMS = 10_000
+#: Most job references of one request given as ARRAYID_INDEX text (each read with a pattern;
+#: job ids are checked all at once).
+MAX_REF_TEXTS = 10_000
 #: Longest health problem a node reports: its health check's first line of output is read up
 #: to 64 KiB.
 MAX_HEALTH_LINE = 128 * 1024
@@ -111,7 +116,9 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 #: Most items of a list field, where fewer than MAX_LIST make sense.
 COUNTS: dict[str, int] = {"jobs": MAX_SUBMIT_SPECS, "states": 64, "fields": 256, "gpus": 1024,
-                          "health": 1024, "telemetry": 1024}
+                          "health": 1024, "telemetry": 1024, "running": 10_000}
+#: Most telemetry readings of one GPU (NVML's: util, mem_used, temp).
+MAX_READINGS = 32
 #: Longest string of a field (or of each item of a list field), where it is not MAX_STR.
 LENGTHS: dict[str, int] = {"script": MAX_SCRIPT, "health": MAX_HEALTH_LINE}
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
@@ -342,22 +349,21 @@ def _check_value(key: str, value: Any, types: tuple[type, ...], what: str) -> No
 
 def _check_extras(obj: dict[str, Any], schema: Schema, what: str) -> None:
     """Fields no schema names are kept (a newer peer's) but never read: they may not nest
-    deeper than MAX_DEPTH."""
+    deeper than MAX_DEPTH, nor hold over MAX_EXTRA_ITEMS items in all."""
+    left = MAX_EXTRA_ITEMS
     for key, value in obj.items():
-        if key not in schema and type(value) in (list, dict) and not _shallow(value):
-            raise ProtocolError(f"{what}: field {clip(key)} nests deeper than {MAX_DEPTH}")
-
-
-def _shallow(value: Any) -> bool:
-    """Whether no list or map in `value` lies deeper than MAX_DEPTH."""
-    level, depth = [value], 1
-    while level:
-        if depth > MAX_DEPTH:
-            return False
-        level = [x for v in level for x in (v.values() if type(v) is dict else v)
-                 if type(x) is list or type(x) is dict]
-        depth += 1
-    return True
+        if key in schema or (type(value) is not list and type(value) is not dict):
+            continue
+        level, depth = [value], 1
+        while level:
+            left -= sum(map(len, level))
+            if depth > MAX_DEPTH or left < 0:
+                raise ProtocolError(f"{what}: field {clip(key)} nests deeper than {MAX_DEPTH}"
+                                    if depth > MAX_DEPTH else f"{what}: fields no schema names"
+                                    f" hold over {MAX_EXTRA_ITEMS} items")
+            level = [x for v in level for x in (v.values() if type(v) is dict else v)
+                     if type(x) is list or type(x) is dict]
+            depth += 1
 
 
 # ---------------------------------------------------------------- what container fields hold
@@ -399,7 +405,9 @@ def _maps(schema: Schema) -> Rule:
             if type(item) is not dict:
                 raise ProtocolError(f"{where} has type {type(item).__name__}, not a map")
             check(item, schema, where)
-            _check_extras(item, schema, where)
+            for name, field in item.items():  # nothing nested beside what the schema names
+                if name not in schema and (type(field) is list or type(field) is dict):
+                    raise ProtocolError(f"{where}: field {clip(name)} holds a container")
     return rule
 
 
@@ -423,6 +431,8 @@ def _refs(key: str, value: Any, what: str) -> None:
     if all(type(i) is int for i in items):  # the usual case, at once
         if not items or low <= min(items) and max(items) <= high:
             return
+    elif sum(type(i) is str for i in items) > MAX_REF_TEXTS:
+        raise ProtocolError(f"{what}: {key!r} holds over {MAX_REF_TEXTS} ARRAYID_INDEX strings")
     for i, item in enumerate(items):
         if type(item) is int and low <= item <= high:
             continue
@@ -439,7 +449,7 @@ def _telemetry(key: str, value: dict[Any, Any], what: str) -> None:
         raise ProtocolError(f"{what}: {key!r} has over {COUNTS['telemetry']} GPUs")
     for gpu, readings in value.items():
         if type(gpu) is not str or not _GPU_INDEX.fullmatch(gpu) or type(readings) is not dict \
-                or len(readings) > MAX_FIELDS:
+                or len(readings) > MAX_READINGS:
             raise ProtocolError(f"{what}: {key!r} must map GPU indices to readings, not "
                                 f"{clip(gpu)} to {clip(readings)}")
         for name, reading in readings.items():

@@ -64,11 +64,15 @@ def _undecodable(exc: Exception) -> ProtocolError:
     return ProtocolError(f"undecodable message: {type(exc).__name__}: {clip(str(exc))}")
 
 
+def _check_size(frame: bytes) -> None:
+    if len(frame) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(frame)} bytes is over the {MAX_MESSAGE_BYTES} limit")
+
+
 def _start(frame: bytes) -> None:
     """Refuse, before unpacking any of it, a frame over the size limit or not holding a map
     (every gq message is one)."""
-    if len(frame) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {len(frame)} bytes is over the {MAX_MESSAGE_BYTES} limit")
+    _check_size(frame)
     first = frame[0] if len(frame) else _NEVER_USED
     if first == _NEVER_USED:
         raise ProtocolError("undecodable message: empty, or starting with 0xc1")
@@ -79,9 +83,11 @@ def _start(frame: bytes) -> None:
 def unpack(frame: bytes, limits: Limits | None) -> Any:
     """The map in `frame`, within `limits` and MAX_CONTAINERS (None: no limits, for what the
     peer is trusted to send); or ProtocolError."""
-    _start(frame)
     kwargs: dict[str, Any] = {}
-    if limits is not None:
+    if limits is None:
+        _check_size(frame)
+    else:
+        _start(frame)
         kwargs.update(limits)
         if len(frame) > MAX_CONTAINERS:  # a shorter frame cannot hold that many containers
             kwargs["list_hook"] = kwargs["object_hook"] = _budget()

@@ -62,7 +62,7 @@ _KINDS: dict[type, Any] = {int: 7, float: 1.5, str: "x", bool: True, list: [1], 
 #: Bad items of list fields, by the rule that checks them (values that are valid items of
 #: some of these fields are left out where they would be).
 _BAD_REFS = [0, -1, _I64 + 1, 2**64 - 1, "x", "1_", "12345678901234567890", "1_99999999999",
-             "٣", 1.5, None, True, [1], {"a": 1}, DEEP]
+             "9223372036854775808_1", "0_1", "٣", "1\0", 1.5, None, True, [1], {"a": 1}, DEEP]
 _BAD_STRINGS = [1, None, True, [], {}, "a\0b", DEEP]
 _GPU = {"index": 0, "type": "a100", "memory": 1}
 _BAD_ITEMS: dict[tuple[str, str], list[Any]] = {
@@ -71,7 +71,7 @@ _BAD_ITEMS: dict[tuple[str, str], list[Any]] = {
     (protocol.SUBMIT, "jobs"): [1, "x", None, [], DEEP],
     (protocol.REGISTER, "gpus"): [1, None, [], {}, {**_GPU, "index": -1},
                                   {**_GPU, "index": 2**63}, {**_GPU, "memory": math.nan},
-                                  {**_GPU, "type": ["a"]}, {**_GPU, "x": DEEP},
+                                  {**_GPU, "type": ["a"]}, {**_GPU, "x": DEEP}, {**_GPU, "x": []},
                                   {"index": 0, "type": "a"}],
     (protocol.REGISTER, "running"): [[1], [1, 2, 3], ["a", 0], [0, 0], [1, -1], [1, 2**63],
                                      [1.0, 0], 1, None, DEEP],
@@ -106,6 +106,7 @@ def bad_values(kind: str, field: str) -> list[Any]:
     if field == "telemetry":
         bad += [{"0": 1}, {"x": {}}, {"٣": {}}, {"0": {"util": "50"}}, {"0": {"index": 1}},
                 {"0": {"util": math.nan}}, {"0": {"util": 2**63}}, {"0": {"u" * 65: 1}},
+                {"0": {f"r{i}": 1 for i in range(protocol.MAX_READINGS + 1)}},
                 {str(i): {} for i in range(protocol.COUNTS["telemetry"] + 1)}]
     return bad
 
