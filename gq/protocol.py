@@ -253,17 +253,17 @@ LIMITS: unpack.Limits = {"max_str_len": MAX_SCRIPT, "max_bin_len": MAX_STR,
 _REPLIES = frozenset({REPLY})
 
 
-def decode(frame: bytes, allowed: frozenset[str] | None = None) -> dict[str, Any]:
+def decode(frame: bytes | memoryview, allowed: frozenset[str] | None = None) -> dict[str, Any]:
     """A validated message, or ProtocolError saying exactly what is wrong with it."""
     return checked(unpack.unpack(frame, None if allowed == _REPLIES else LIMITS), allowed)
 
 
-def unpacking(frame: bytes) -> unpack.Unpacking:
+def unpacking(frame: bytes | memoryview) -> unpack.Unpacking:
     """`frame` to be unpacked a slice at a time (then `checked`), within LIMITS."""
     return unpack.Unpacking(frame, LIMITS)
 
 
-def rid_of(frame: bytes) -> int:
+def rid_of(frame: bytes | memoryview) -> int:
     """The request id of a possibly malformed request (0 when none can be read quickly)."""
     low, high = RANGES["rid"]
     return unpack.rid_of(frame, LIMITS, int(low), int(high))

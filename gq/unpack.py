@@ -64,12 +64,12 @@ def _undecodable(exc: Exception) -> ProtocolError:
     return ProtocolError(f"undecodable message: {type(exc).__name__}: {clip(str(exc))}")
 
 
-def _check_size(frame: bytes) -> None:
+def _check_size(frame: bytes | memoryview) -> None:
     if len(frame) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(frame)} bytes is over the {MAX_MESSAGE_BYTES} limit")
 
 
-def _start(frame: bytes) -> None:
+def _start(frame: bytes | memoryview) -> None:
     """Refuse, before unpacking any of it, a frame over the size limit or not holding a map
     (every gq message is one)."""
     _check_size(frame)
@@ -80,7 +80,7 @@ def _start(frame: bytes) -> None:
         raise ProtocolError("message is not a map")
 
 
-def unpack(frame: bytes, limits: Limits | None) -> Any:
+def unpack(frame: bytes | memoryview, limits: Limits | None) -> Any:
     """The map in `frame`, within `limits` and MAX_CONTAINERS (None: no limits, for what the
     peer is trusted to send); or ProtocolError."""
     kwargs: dict[str, Any] = {}
@@ -101,7 +101,7 @@ class Unpacking:
     """`unpack` a slice at a time: streaming msgpack resumes where the last slice stopped, so
     the requests behind a large frame wait for one slice of it, not for all of it."""
 
-    def __init__(self, frame: bytes, limits: Limits) -> None:
+    def __init__(self, frame: bytes | memoryview, limits: Limits) -> None:
         self.frame = frame
         self.fed = 0
         self._value: Any = None
@@ -112,8 +112,11 @@ class Unpacking:
         except ProtocolError as exc:
             self._error, self._done = exc, True
         budget = _budget()
+        # Its buffer sized for the whole frame at once: grown as fed, it would copy the part
+        # fed so far, megabytes, whenever it doubled.
+        size = max(len(frame), 1)
         self._unpacker = msgpack.Unpacker(
-            raw=False, strict_map_key=True, max_buffer_size=max(len(frame), 1),
+            raw=False, strict_map_key=True, max_buffer_size=size, read_size=size,
             list_hook=budget, object_hook=budget, **limits)
 
     def step(self, nbytes: int) -> bool:
@@ -143,7 +146,7 @@ class Unpacking:
         return self._value
 
 
-def rid_of(frame: bytes, limits: Limits, low: int, high: int) -> int:
+def rid_of(frame: bytes | memoryview, limits: Limits, low: int, high: int) -> int:
     """The request id (an int in [low, high]) of a possibly malformed request, so that even an
     error reply can be matched; 0 when there is none in the frame's first RID_SCAN_BYTES."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True,

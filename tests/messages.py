@@ -114,3 +114,30 @@ def bad_values(kind: str, field: str) -> list[Any]:
 def message(kind: str, **changes: Any) -> dict[str, Any]:
     """EXAMPLES[kind] as a full message, with `changes`."""
     return {"v": defaults.PROTOCOL_VERSION, "type": kind, **EXAMPLES[kind], **changes}
+
+
+def _deep(item: bytes, size: int) -> bytes:
+    """Lists of 99,999 `item`s each, each holding the next, filling `size` bytes: msgpack
+    builds every item before it finishes the outermost list."""
+    per = protocol.MAX_LIST - 1
+    level = b"\xdd" + (per + 1).to_bytes(4, "big") + item * per
+    return level * ((size - 64) // len(level)) + b"\xc0"
+
+
+def hostile_frames(limit: int, rid: int) -> list[tuple[str, bytes, str]]:
+    """(what, frame, "error" | "ok" | "dropped") for a socket taking frames of up to `limit`
+    bytes: frames just under it that cost the most to unpack (empty maps, nils, tiny strings
+    refused at the last byte), a harmless one as big, and one byte over."""
+    head = b"\x84\xa1v\x01\xa4type\xa4ping\xa3rid\xcf" + rid.to_bytes(8, "big") + b"\xa3pad"
+    per = protocol.MAX_LIST - 1
+    maps = b"\xdd" + per.to_bytes(4, "big") + b"\x80" * per
+    count = (limit - 64) // len(maps)
+    strings = _deep(b"\xa2ab", limit)[:-1] + b"\xdd\x7f\xff\xff\xff"  # a list header past any limit
+    pad = ["x" * min(protocol.MAX_SCRIPT, limit - 256)] * max(1, (limit - 256) // protocol.MAX_SCRIPT)
+    return [
+        ("empty maps", head + b"\xdd" + count.to_bytes(4, "big") + maps * count, "error"),
+        ("nils, nested", head + _deep(b"\xc0", limit), "error"),
+        ("tiny strings, nested, refused at the end", head + strings, "error"),
+        ("long strings", protocol.encode(protocol.PING, rid=rid, pad=pad), "ok"),
+        ("one byte over", b"\x81" + b"\xc0" * limit, "dropped"),
+    ]
