@@ -98,7 +98,6 @@ class Client:
     def request(self, msg_type: str, timeout_s: float | None = None, **fields: Any
                 ) -> dict[str, Any]:
         """Send one request and return the reply's data; errors come back as GqError kin."""
-        conn = self._connection()
         rid = next(self._rids)
         payload = protocol.encode(msg_type, rid=rid, claim_uid=self._uid,
                                   claim_user=self._user, **fields)
@@ -106,6 +105,7 @@ class Client:
             raise UsageError(f"the {msg_type} request is {len(payload)} bytes, over gq's "
                              f"{defaults.MAX_MESSAGE_BYTES}-byte message limit: send fewer "
                              "jobs per request (an array of many tasks is one job)")
+        conn = self._connection()
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
         try:
             conn.send(payload, deadline - time.monotonic())

@@ -141,3 +141,37 @@ def hostile_frames(limit: int, rid: int) -> list[tuple[str, bytes, str]]:
         ("long strings", protocol.encode(protocol.PING, rid=rid, pad=pad), "ok"),
         ("one byte over", b"\x81" + b"\xc0" * limit, "dropped"),
     ]
+
+
+def junk(seed: int, n: int) -> list[bytes]:
+    """`n` frames of the kinds the hypothesis fuzz draws, from a seeded generator (for scripts):
+    random bytes, msgpack that is no message, and messages of a random type with random
+    fields of random values."""
+    import random
+
+    import msgpack
+    rng = random.Random(seed)
+    scalars = [None, True, 0, -1, 2**63 - 1, -(2**63), 2**64 - 1, 1.5, math.nan, math.inf, "",
+               "x", "a\0b", b"\xff", "y" * 5000]
+
+    def value(depth: int = 0) -> Any:
+        kind = rng.random()
+        if depth < 3 and kind < 0.15:
+            return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+        if depth < 3 and kind < 0.3:
+            return {rng.choice(["a", "ids", "id", "rid"]): value(depth + 1)
+                    for _ in range(rng.randint(0, 3))}
+        return rng.choice(scalars)
+    fields = sorted({f for schema in protocol.SCHEMAS.values() for f in schema})
+    frames = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.2:
+            frames.append(rng.randbytes(rng.randint(0, 64)))
+        elif kind < 0.4:
+            frames.append(msgpack.packb(value(), use_bin_type=True))
+        else:
+            msg = {"v": 1, "type": rng.choice(sorted(protocol.SCHEMAS)), "rid": rng.randint(0, 99)}
+            msg.update({rng.choice(fields): value() for _ in range(rng.randint(1, 4))})
+            frames.append(msgpack.packb(msg, use_bin_type=True))
+    return frames

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gq import config as config_mod
 from gq import defaults, keys, protocol
-from gq.errors import ProtocolError
+from gq.client import Client
+from gq.errors import ProtocolError, UnreachableError, UsageError
 from tests.conftest import LiveCluster, prepare, running, wait_for
 from tests.messages import bad_values, hostile_frames, message
 
@@ -260,6 +263,15 @@ def test_hostile_requests_and_node_messages_cost_gqd_nothing_with_30000_jobs_que
                     sent += 1
             finally:
                 sock.close()
+        # The CLI's side of a dropped connection: a clear error at once, not a wait.
+        cfg = cluster.config()
+        cfg.client.endpoints = [tcp]
+        with Client(cfg) as over_tcp:
+            started = time.monotonic()
+            with pytest.raises(UnreachableError, match="over TCP may be at most 1048576 bytes"):
+                over_tcp.request(protocol.PING, pad=["x" * 700_000] * 2)
+            assert time.monotonic() - started < 10
+            assert over_tcp.ping()["proven"] is False  # and the next request goes through
         # A request in several frames is answered without its frames being read.
         with contextlib.closing(_dealer(ipc)) as sock:
             sock.send_multipart([b"x" * 1000, b"y" * 1000, protocol.encode(protocol.PING, rid=5)])
@@ -279,3 +291,11 @@ def test_hostile_requests_and_node_messages_cost_gqd_nothing_with_30000_jobs_que
         assert all(n["state"] == "UP" for n in cluster.nodes())
         assert len(client.queue(fields=["id"])) == QUEUED
     assert _counts(cluster) == before
+
+
+def test_the_client_refuses_a_request_over_the_message_limit_before_sending_it() -> None:
+    cfg = config_mod.Config(path="none.toml")
+    cfg.client.endpoints = ["tcp://127.0.0.1:9"]  # no head there: it is never reached
+    spec = {"script": "#!/bin/sh\n" + "#" * (protocol.MAX_SCRIPT - 16), "cwd": "/"}
+    with Client(cfg) as client, pytest.raises(UsageError, match="over gq's 16777216-byte"):
+        client.submit([spec] * 17)
