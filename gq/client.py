@@ -147,6 +147,9 @@ class Client:
         """Queue jobs (all or none, one commit); their ids, an array's being its first task's.
         The head sets each job's user, uid and gid from the caller (see `wrap`). A spec may
         also be given in its wire form, `JobSpec.to_dict()`'s (as `gq submit` builds it)."""
+        if len(specs) > defaults.MAX_SUBMIT_SPECS:
+            raise UsageError(f"a submit may carry at most {defaults.MAX_SUBMIT_SPECS} jobs, not "
+                             f"{len(specs)}: send several (an array of many tasks is one job)")
         return list(self.request(protocol.SUBMIT, jobs=[
             s if type(s) is dict else s.to_dict() for s in specs])["ids"])
 

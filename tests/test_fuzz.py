@@ -297,5 +297,8 @@ def test_the_client_refuses_a_request_over_the_message_limit_before_sending_it()
     cfg = config_mod.Config(path="none.toml")
     cfg.client.endpoints = ["tcp://127.0.0.1:9"]  # no head there: it is never reached
     spec = {"script": "#!/bin/sh\n" + "#" * (protocol.MAX_SCRIPT - 16), "cwd": "/"}
-    with Client(cfg) as client, pytest.raises(UsageError, match="over gq's 16777216-byte"):
-        client.submit([spec] * 17)
+    with Client(cfg) as client:
+        with pytest.raises(UsageError, match="over gq's 16777216-byte"):
+            client.submit([spec] * 17)
+        with pytest.raises(UsageError, match="at most 10000 jobs, not 10001"):
+            client.submit([{"script": "#!/bin/sh\n", "cwd": "/"}] * 10_001)
