@@ -111,7 +111,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "gpu_mem": (0, _I64), "memory": (0, _I64), "retries": (0, 1_000_000),
     "exit_code": (-255, 65_535),
     # times and durations
-    "since": _TIME, "until": _TIME, "time": _TIME, "time_limit_s": (0, 10 * 365 * 86400),
+    "since": _TIME, "until": _TIME, "time": _TIME, "time_limit_s": _DURATION,
     "park_s": _DURATION, "grace_s": _DURATION,
 }
 #: Most items of a list field, where fewer than MAX_LIST make sense.
@@ -126,6 +126,7 @@ _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
 #: A job reference as text, as gq.arrays.parse_ref reads it (ASCII digits only).
 _REF_TEXT = re.compile(r"\s*([0-9]{1,19})(?:_([0-9]{1,19}))?\s*", re.ASCII)
 _GPU_INDEX = re.compile(r"[0-9]{1,5}", re.ASCII)
+
 SPEC_SCHEMA: Schema = {
     "script": (_STR, True), "name": (_STR, False), "args": (_LIST, False),
     "user": (_STR, False), "uid": (_INT, False), "gid": (_INT, False), "cwd": (_STR, False),
