@@ -321,6 +321,7 @@ def test_check_spec_arbitrary_objects(obj: Any):
     ("name", "a\0b", "'name' contains a NUL character"), ("gpu_type", None, None),
     ("qos", 3, "'qos' has type int"), ("env", [], "'env' has type list"),
     ("begin_time", float("nan"), "'begin_time' is not a finite number"),
+    ("begin_time", 1e300, "'begin_time' is 1e.300, outside"),
     ("gpus", 65_535, None), ("begin_time", 5, None), ("script", "#!\0", None)])
 def test_check_spec_tests_each_kind_of_field(field: str, value: Any, error: str | None):
     """The common types take a shorter way through `check`; the verdicts are the same."""
