@@ -193,8 +193,10 @@ class PersonalCluster:
     pc.spec(...), pc.tmp. Stopped, leftovers killed and the directory removed on exit."""
 
     def __init__(self, nodes: int = 2, fake_gpus: str = "8", keep: bool = False,
-                 client_timeout_s: float = 120.0):
+                 client_timeout_s: float = 120.0, configure: Callable[[Any], None] | None = None):
         self.nodes, self.fake_gpus, self.keep = nodes, fake_gpus, keep
+        #: Changes to the cluster's config before `gq up` starts it (its [auth] ...).
+        self.configure = configure
         self.client_timeout_s = client_timeout_s
         self.client = None
         self.cfg = None
@@ -217,6 +219,11 @@ class PersonalCluster:
         from gq import cluster
         from gq.client import Client
         try:
+            if self.configure is not None:
+                from gq import config as config_mod
+                cfg = cluster.write_config(cluster.Layout.default())
+                self.configure(cfg)
+                cluster.Layout.default().config.write_text(config_mod.to_toml(cfg))
             self.cfg = cluster.up(self.nodes, self.fake_gpus)
         except BaseException:
             self.keep = True

@@ -8,16 +8,17 @@ import os
 import pwd
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 
 from gq import config as config_mod
-from gq import defaults, keys, protocol, service
-from gq.errors import ConfigError, ExitStatus, GqError, ProtocolError, StoreError, StoreRefused
+from gq import defaults, keys, protocol, service, unpack
+from gq.errors import (ConfigError, ExitStatus, GqError, ProtocolError, RefusedError, StoreError,
+                       StoreRefused)
 from gq.fsutil import make_dirs, private_dir
 from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
 from gq.head import metrics
@@ -33,8 +34,16 @@ log = logging.getLogger("gq.head")
 class ClientRequest:
     sock: zmq.Socket
     envelope: list[bytes]
-    payload: bytes
+    payload: bytes | memoryview
     user_id: str
+    #: A large payload, unpacked a slice a turn before the request is handled.
+    unpacking: unpack.Unpacking | None = None
+
+    def message(self) -> dict[str, Any]:
+        """The request, checked; ProtocolError if it is not a valid one."""
+        if self.unpacking is None:
+            return protocol.decode(self.payload, protocol.CLIENT_REQUESTS)
+        return protocol.checked(self.unpacking.value(), protocol.CLIENT_REQUESTS)
 
 
 class HeadServer:
@@ -56,6 +65,9 @@ class HeadServer:
         curve = keys.head_keys(key_dir) if key_dir else None  # a missing key stops gqd here
         # Must run before any bind, so no connection skips it.
         self.zap = ZapHandler(self.ctx, _owner_uid(cfg.auth.owner), key_dir)
+        #: Large client frames being unpacked a slice a turn, oldest first, and their bytes.
+        self.large: deque[ClientRequest] = deque()
+        self.large_bytes = 0
         self.clients = [self._bind_client(ep) for ep in cfg.head.client_endpoints]
         self.nodes = self._bind_nodes(cfg.head.node_endpoint, curve)
         #: Node name -> routing id of the connection it last sent from (under its own key).
@@ -101,7 +113,7 @@ class HeadServer:
         # A node reconnecting after a partition takes over its (secret, random) routing id.
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         sock.linger = 0
-        sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
+        sock.maxmsgsize = defaults.MAX_NODE_MESSAGE_BYTES
         if curve is not None:
             # Encrypted, and each node proves its name with its key (the ZAP handler checks
             # the allow-list), so no one can take over a node's name or read its launches.
@@ -121,7 +133,10 @@ class HeadServer:
         sock.zap_domain = DOMAIN
         sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         sock.linger = 1000
-        sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
+        # libzmq drops a larger frame, and its connection, before gqd sees any of it. TCP
+        # callers may only read (unless trusted): no request of theirs needs more.
+        sock.maxmsgsize = defaults.MAX_TCP_REQUEST_BYTES if endpoint.startswith("tcp://") \
+            and not self.cfg.auth.trust_tcp else defaults.MAX_MESSAGE_BYTES
         if endpoint.startswith("ipc://"):
             path = Path(endpoint[len("ipc://"):])
             make_dirs(path.parent)  # 0755 under gqd's umask: who may connect is ZAP's call
@@ -149,7 +164,7 @@ class HeadServer:
                 tick = min(tick, max(0.0, self.head.wake_at - time.time()))
             if self.head.dirty and not due:  # the pass waits out its spacing: wake for it
                 tick = min(tick, max(0.0, pass_at - time.monotonic()))
-            timeout_ms = 0 if due else math.ceil(tick * 1000)
+            timeout_ms = 0 if due or self.large else math.ceil(tick * 1000)
             asked = time.monotonic()
             events = dict(self.poller.poll(timeout_ms))
             woke = time.monotonic()
@@ -161,6 +176,7 @@ class HeadServer:
             if self.signals.reload:
                 self._reload()
             requests = [r for s in self.clients if s in events for r in self._recv_clients(s)]
+            requests += self._unpack_large()
             node_msgs = self._recv_nodes() if self.nodes in events else []
             self._iteration(requests, node_msgs, time.time())
             self._publish()
@@ -174,19 +190,71 @@ class HeadServer:
                 return 0
 
     def _recv_clients(self, sock: zmq.Socket) -> list[ClientRequest]:
-        out = []
+        """The requests that arrived on `sock`, as many as this turn takes: MAX_BATCH, of
+        frames up to RECV_BYTES_PER_TURN in all. A large frame joins those unpacked a slice a
+        turn (_unpack_large) instead."""
+        out: list[ClientRequest] = []
+        budget = defaults.RECV_BYTES_PER_TURN
         for _ in range(defaults.MAX_BATCH):
+            if budget <= 0:
+                break
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            out.append(ClientRequest(sock, [f.bytes for f in frames[:-1]], frames[-1].bytes,
-                                     _user_id(frames[-1])))
+            req = self._request(sock, frames)
+            if req is None:
+                continue
+            if len(req.payload) <= defaults.DECODE_SLICE_BYTES:
+                budget -= len(req.payload)
+                out.append(req)
+            elif self.large_bytes + len(req.payload) > defaults.MAX_DECODING_BYTES:
+                self._send_client(sock, req.envelope, protocol.error(
+                    protocol.rid_of(req.payload), RefusedError.code,
+                    f"gqd is busy reading {self.large_bytes} bytes of other large requests; "
+                    "try again in a moment"))
+            else:
+                req.unpacking = protocol.unpacking(req.payload)
+                self.large.append(req)
+                self.large_bytes += len(req.payload)
         return out
 
+    def _request(self, sock: zmq.Socket, frames: list[zmq.Frame]) -> ClientRequest | None:
+        """A request from a DEALER ([routing id, payload]) or a REQ ([routing id, b"",
+        payload]) peer; any other shape is answered with an error, its frames unread."""
+        envelope = frames[:-1]
+        if len(frames) > 3 or len(frames) == 3 and len(frames[1]) or any(
+                len(f) > 255 for f in envelope):
+            self._send_client(sock, [frames[0].bytes[:255]], protocol.error(
+                0, ProtocolError.code, f"a request is one frame, not {len(frames) - 1}"))
+            return None
+        last = frames[-1]
+        # A large frame is read where libzmq put it, not copied (16 MiB take milliseconds).
+        payload = last.bytes if len(last) <= defaults.DECODE_SLICE_BYTES else last.buffer
+        return ClientRequest(sock, [f.bytes for f in envelope], payload, _user_id(last))
+
+    def _unpack_large(self) -> list[ClientRequest]:
+        """Unpack the large frames, oldest first, for up to DECODE_SLICE_S: the requests that
+        are whole now. The others' requests wait for one slice of them, not for all."""
+        done = []
+        deadline = time.perf_counter() + defaults.DECODE_SLICE_S
+        while self.large and time.perf_counter() < deadline:
+            req = self.large[0]
+            assert req.unpacking is not None
+            if req.unpacking.step(defaults.DECODE_SLICE_BYTES):
+                self.large.popleft()
+                self.large_bytes -= len(req.payload)
+                done.append(req)
+        return done
+
     def _recv_nodes(self) -> list[tuple[str, bytes]]:
+        """Node messages, as many as this turn takes (MAX_BATCH, of frames up to
+        RECV_BYTES_PER_TURN in all)."""
         out = []
+        budget = defaults.RECV_BYTES_PER_TURN
         for _ in range(defaults.MAX_BATCH):
+            if budget <= 0:
+                break
             try:
                 frames = self.nodes.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -194,6 +262,7 @@ class HeadServer:
             if len(frames) != 2:
                 log.warning("dropping node message of %d frames", len(frames))
                 continue
+            budget -= len(frames[1])
             route = frames[0].bytes
             name = route.split(b"/")[0].decode(errors="replace")
             if self.cfg.auth.curve and _user_id(frames[1]) != name:
@@ -269,7 +338,7 @@ class HeadServer:
         """(request, reply, accepted) — or None when the reply is deferred."""
         rid = None  # read from the payload again only for an error: a submit's is big
         try:
-            msg = protocol.decode(req.payload, protocol.CLIENT_REQUESTS)
+            msg = req.message()
             rid_field = msg.get("rid")
             if not isinstance(rid_field, int) or isinstance(rid_field, bool) or rid_field < 0:
                 raise ProtocolError("request has no integer rid (0 or more)")
@@ -369,13 +438,9 @@ def _owner_uid(owner: str) -> int | None:
         raise ConfigError(f"[auth] owner: no such user {owner!r}") from None
 
 
-def _rid_of(payload: bytes) -> int:
+def _rid_of(payload: bytes | memoryview) -> int:
     """The request id of a possibly malformed request, so even an error reply can be matched."""
-    try:
-        rid = msgpack.unpackb(payload, raw=False).get("rid")
-        return rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
-    except Exception:
-        return 0
+    return protocol.rid_of(payload)
 
 
 def main(argv: list[str] | None = None) -> int:
