@@ -110,7 +110,7 @@ RANGES: dict[str, tuple[float, float]] = {
     # sizes and counts (memory in bytes)
     "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31), "mem": (0, _I64),
     "gpu_mem": (0, _I64), "memory": (0, _I64), "retries": (0, 1_000_000),
-    "exit_code": (-255, 65_535), "max_rss": (0, _I64),
+    "exit_code": (-255, 65_535), "max_rss": (0, _I64), "cpu_s": (0, 2**53),
     # times and durations
     "since": _TIME, "until": _TIME, "time": _TIME, "time_limit_s": _DURATION,
     # a spec's --begin: shown as a date in every listing (1e300 made each one fail)
