@@ -30,6 +30,7 @@ from gq.node import disk, shepherd, trash
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.outbox import Outbox
+from gq.relay import Forwarder
 
 log = logging.getLogger("gq.node")
 
@@ -52,7 +53,8 @@ class NodeDaemon:
     def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
-                 ctx: zmq.Context | None = None, signals: service.Signals | None = None):
+                 ctx: zmq.Context | None = None, signals: service.Signals | None = None,
+                 relay: str = ""):
         self.name, self.head_addr, self.addr = name, head, addr
         self.health = health
         #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
@@ -81,6 +83,11 @@ class NodeDaemon:
             self.sock.curve_publickey = curve.public
             self.sock.curve_serverkey = curve.server
         self.sock.connect(head)
+        #: The socket on which the jobs here reach gqd, through this node (their GQ_ENDPOINT),
+        #: when [relay] head names gqd's relay endpoint; one per process (its ZAP handler).
+        self.relay = Forwarder(self.ctx, f"ipc://{state_dir / defaults.NODE_RELAY_SOCKET}",
+                               relay, curve, f"node {name}'s relay") \
+            if relay and curve is not None and self._own_ctx else None
         self.signals = signals or service.Signals()
         self.signals.watch_children()
         self._next_heartbeat = 0.0
@@ -127,6 +134,8 @@ class NodeDaemon:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.signals.wake_r, zmq.POLLIN)
+        for sock in self.relay.sockets() if self.relay else []:
+            poller.register(sock, zmq.POLLIN)
         service.notify("READY=1")
         log.info("gqnode %s up: %d GPUs (%s), head %s", self.name, len(self.gpus),
                  self.gpu_source.kind, self.head_addr)
@@ -143,6 +152,8 @@ class NodeDaemon:
                 for pid, status in reap_children():
                     self.reaped(pid, status)
             self.step(self.sock in events)
+            if self.relay:
+                self.relay.serve(events)
 
     def due(self) -> float:
         """When the loop next has a timer to serve (time.monotonic() seconds: every timer of
@@ -227,6 +238,8 @@ class NodeDaemon:
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
         # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
         # either way). The order needs no atomic write either: its directory is renamed whole.
+        if self.relay:  # the job's gq commands go through this node (shepherd: GQ_ENDPOINT)
+            msg = {**msg, "relay": self.relay.endpoint}
         (tmp / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(msg, use_bin_type=True))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
@@ -346,6 +359,8 @@ class NodeDaemon:
 
     def close(self) -> None:
         trash.flush()
+        if self.relay:
+            self.relay.close()
         self.sock.close()
         if self._own_ctx:
             self.ctx.term()
