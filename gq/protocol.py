@@ -301,6 +301,15 @@ def _env_ok(names: list[str], values: list[str]) -> bool:
     return min(map(len, names)) > 0 and "=" not in joined and "\0" not in joined
 
 
+def rid_of(payload: bytes) -> int:
+    """The request id of a possibly malformed request, so even an error reply can be matched."""
+    try:
+        rid = msgpack.unpackb(payload, raw=False).get("rid")
+        return rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else 0
+    except Exception:
+        return 0
+
+
 def ok(rid: int, **data: Any) -> bytes:
     return encode(REPLY, rid=rid, ok=True, **data)
 

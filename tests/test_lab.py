@@ -29,6 +29,7 @@ import pytest
 from gq import config as config_mod
 from gq.client import Client
 from tests.conftest import wait_for
+from tests.test_users import User
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None
@@ -66,14 +67,6 @@ def blocks(roles: set[str] | None = None) -> list[tuple[str, str]]:
     """(role, shell text) of the page's lab blocks, in order."""
     found = [(m[1], m[2]) for m in BLOCK.finditer(INSTALL.read_text())]
     return [b for b in found if roles is None or b[0] in roles]
-
-
-@dataclass
-class User:
-    name: str
-    uid: int
-    gid: int
-    home: Path
 
 
 @dataclass
@@ -190,7 +183,7 @@ def _add_user(lab: Lab, name: str) -> User:
     subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True,
                    capture_output=True)
     pw = pwd.getpwnam(name)
-    user = User(name, pw.pw_uid, pw.pw_gid, Path(pw.pw_dir))
+    user = User(name, pw.pw_uid, pw.pw_gid, Path(pw.pw_dir), work=Path(pw.pw_dir))
     lab.users.append(user)
     return user
 

@@ -148,6 +148,14 @@ class ZapHandler:
         self._sock.close(linger=0)
 
 
+def user_id_of(frame: zmq.Frame) -> str:
+    """What the ZAP handler vouched for on the frame's connection ("" for nothing)."""
+    try:
+        return str(frame.get("User-Id") or "")
+    except (zmq.ZMQError, KeyError):
+        return ""
+
+
 def peer_uid(address: bytes) -> str:
     """`uid` from an ipc ZAP address `host:uid:gid:pid`; empty for TCP addresses."""
     parts = address.decode(errors="replace").split(":")

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 
 from gq import config as config_mod
@@ -20,6 +19,8 @@ from gq import defaults, keys, protocol, service
 from gq.errors import (ConfigError, ExitStatus, GqError, PermissionDenied, ProtocolError,
                        StoreError)
 from gq.head.auth import DOMAIN, NODE_DOMAIN, RELAY_DOMAIN, ZapHandler, caller_of
+from gq.head.auth import user_id_of as _user_id
+from gq.protocol import rid_of as _rid_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
 from gq.head.submits import SLICE_S as SUBMIT_SLICE_S
@@ -58,12 +59,12 @@ class HeadServer:
         self.owner_uid = _owner_uid(cfg.auth.owner)
         self.zap = ZapHandler(self.ctx, self.owner_uid, key_dir)
         self.clients = [self._bind_client(ep) for ep in cfg.head.client_endpoints]
-        if cfg.head.relay_endpoint and curve is None:
-            log.warning("[auth] curve = false: relays are known only by their keys, so %s is "
-                        "not served (no login host can submit)", cfg.head.relay_endpoint)
-        elif cfg.head.relay_endpoint:
+        if cfg.head.relay_endpoint and curve is not None:
             # Relays' requests are client requests in all but who vouches for the caller.
             self.clients.append(self._bind_relays(cfg.head.relay_endpoint, curve))
+        elif cfg.head.relay_endpoint:
+            log.warning("[auth] curve = false: relays are known only by their keys, so %s is "
+                        "not served (no login host can submit)", cfg.head.relay_endpoint)
         self.nodes = self._bind_nodes(cfg.head.node_endpoint, curve)
         #: Node name -> routing id of the connection it last sent from (under its own key).
         self.node_routes: dict[str, bytes] = {}
@@ -386,14 +387,6 @@ class HeadServer:
         self.ctx.term()
 
 
-def _user_id(frame: zmq.Frame) -> str:
-    """What the ZAP handler vouched for on the frame's connection ("" for nothing)."""
-    try:
-        return frame.get("User-Id") or ""
-    except (zmq.ZMQError, KeyError):
-        return ""
-
-
 def _owner_uid(owner: str) -> int | None:
     if not owner:
         return None
@@ -403,15 +396,6 @@ def _owner_uid(owner: str) -> int | None:
         if owner.isdigit():
             return int(owner)
         raise ConfigError(f"[auth] owner: no such user {owner!r}") from None
-
-
-def _rid_of(payload: bytes) -> int:
-    """The request id of a possibly malformed request, so even an error reply can be matched."""
-    try:
-        rid = msgpack.unpackb(payload, raw=False).get("rid")
-        return rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
-    except Exception:
-        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
