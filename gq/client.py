@@ -128,7 +128,8 @@ class Client:
                                f"{self.timeout_s:g}s: {START_HINT}")
 
     def ping(self) -> dict[str, Any]:
-        """The head's protocol version and who it takes the caller for (user, uid, proven)."""
+        """The head's protocol version and who it takes the caller for (user, uid, proven, and
+        via: the relay or node that vouched for the caller, "" when none did)."""
         return self.request(protocol.PING)
 
     def submit(self, specs: list[JobSpec] | list[dict[str, Any]]) -> list[int]:
