@@ -50,6 +50,10 @@ KILL = "kill"
 ACK = "ack"
 REREGISTER = "reregister"
 
+#: The uid a relay proved for the caller of a request it forwards (SO_PEERCRED on its host),
+#: added by the relay to any client request; gqd reads it only from relay connections.
+AS_UID = "as_uid"
+
 #: Report events a node sends about a job run.
 STARTED = "started"
 FINISHED = "finished"
@@ -106,7 +110,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "after": (0, _I64), "limit": (1, MAX_LIST), "restart": (0, 1_000_000),
     "rank": (0, 65_535), "index": (0, 65_535),
     # who
-    "uid": _UID, "gid": _UID, "claim_uid": _UID,
+    "uid": _UID, "gid": _UID, "claim_uid": _UID, AS_UID: _UID,
     # sizes and counts (memory in bytes)
     "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31), "mem": (0, _I64),
     "gpu_mem": (0, _I64), "memory": (0, _I64), "retries": (0, 1_000_000),
@@ -210,6 +214,9 @@ SCHEMAS: dict[str, Schema] = {
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
                              HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
+# Any client request may come through a relay, which adds the uid it proved.
+for _request in CLIENT_REQUESTS:
+    SCHEMAS[_request][AS_UID] = (_INT, False)
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
 
