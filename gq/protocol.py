@@ -140,9 +140,11 @@ SPEC_SCHEMA: Schema = {f.name: (f.types, f.required) for f in spec_fields.FIELDS
 #: A GPU as a node registers it.
 GPU_SCHEMA: Schema = {"index": (_INT, True), "type": (_STR, True), "memory": (_INT, True),
                       "uuid": (_STR, False), "name": (_STR, False)}
-#: What every client request may carry: its id (echoed by the reply) and, for a caller the
-#: kernel cannot vouch for (TCP), who it claims to be.
-_CALLER: Schema = {"rid": (_INT, False), "claim_uid": (_INT, False), "claim_user": (_STR, False)}
+#: What every client request may carry: its id (echoed by the reply), for a caller the kernel
+#: cannot vouch for (TCP), who it claims to be, and through a relay the uid the relay proved
+#: (gqd reads it only on the relay endpoint: gq/head/auth.py).
+_CALLER: Schema = {"rid": (_INT, False), "claim_uid": (_INT, False), "claim_user": (_STR, False),
+                   AS_UID: (_INT, False)}
 
 _CLIENT_SCHEMAS: dict[str, Schema] = {
     PING: {},
@@ -214,9 +216,6 @@ SCHEMAS: dict[str, Schema] = {
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
                              HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
-# Any client request may come through a relay, which adds the uid it proved.
-for _request in CLIENT_REQUESTS:
-    SCHEMAS[_request][AS_UID] = (_INT, False)
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
 

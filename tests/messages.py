@@ -51,7 +51,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     protocol.REPLY: {"rid": 1, "ok": True},
 }
 for _kind in protocol.CLIENT_REQUESTS:  # who the caller claims to be, as the client sends it
-    EXAMPLES[_kind] = {"claim_uid": 1000, "claim_user": "ann", **EXAMPLES[_kind]}
+    EXAMPLES[_kind] = {"claim_uid": 1000, "claim_user": "ann", "as_uid": 1000, **EXAMPLES[_kind]}
 
 #: Nested lists, deeper than any field may hold.
 DEEP: Any = 0
