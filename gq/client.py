@@ -132,8 +132,20 @@ class Client:
         """Queue jobs (all or none, one commit); their ids, an array's being its first task's.
         The head sets each job's user, uid and gid from the caller (see `wrap`). A spec may
         also be given in its wire form, `JobSpec.to_dict()`'s (as `gq submit` builds it)."""
-        return list(self.request(protocol.SUBMIT, jobs=[
-            s if type(s) is dict else s.to_dict() for s in specs])["ids"])
+        return list(self.submit_reply(specs)["ids"])
+
+    def submit_reply(self, specs: list[JobSpec] | list[dict[str, Any]]) -> dict[str, Any]:
+        """`submit`'s whole reply: `ids`, and `warnings` (what gqd accepted but will not do
+        as asked, one line each), when there are any."""
+        return self.request(protocol.SUBMIT, jobs=[
+            s if isinstance(s, dict) else s.to_dict() for s in specs])
+
+    def test_submit(self, spec: JobSpec | dict[str, Any]) -> dict[str, Any]:
+        """sbatch --test-only: accept nothing, but say when and where the job would start as
+        the queue stands: `start` (ISO time, None when the scheduler cannot tell), `nodes`,
+        `cpus`, `gpus`, `partition` and `reason`."""
+        return self.request(protocol.TEST_SUBMIT,
+                            job=spec if isinstance(spec, dict) else spec.to_dict())
 
     def cancel(self, ids: list[int | str], signal: str | None = None,
                batch_only: bool = False) -> dict[str, Any]:

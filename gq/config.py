@@ -51,6 +51,11 @@ class HeadConfig:
     #: Prometheus endpoint, HOST:PORT (port 0: any free one, written to STATE_DIR/metrics.addr);
     #: "" serves none. Loopback by default: it names users and jobs.
     metrics_addr: str = "127.0.0.1:6819"
+    #: Slurm's MailProg: run by gqd, as `PROGRAM -s SUBJECT USER`, when a job that asked for
+    #: mail (--mail-type) begins, ends, fails or is requeued; "" sends none.
+    mail_program: str = ""
+    #: Slurm's ClusterName, which jobs see as SLURM_CLUSTER_NAME.
+    cluster_name: str = defaults.CLUSTER_NAME
 
 
 @dataclass
@@ -69,6 +74,8 @@ class NodeConfig:
     health_check: str = ""
     health_check_interval_s: float = defaults.HEALTH_CHECK_INTERVAL_S
     health_check_timeout_s: float = defaults.HEALTH_CHECK_TIMEOUT_S
+    #: The node's features, which jobs' --constraint names (Slurm's Feature=).
+    features: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -97,6 +104,9 @@ class SchedulerConfig:
     reserve_age_s: int = 48 * 3600
     #: A job that started less than this long ago is not preempted, in seconds.
     preempt_exempt_s: int = 600
+    #: GPUs per node of a `gq submit` job that asks for none in any form (a Slurm script, or
+    #: an `sbatch` call, that asks for none gets none).
+    default_gpus: int = defaults.DEFAULT_GPUS
 
 
 @dataclass
@@ -123,6 +133,22 @@ class QosConfig:
     #: Per user, GPUs in use by running jobs of this QOS (MaxTRESPerUser=gres/gpu): more wait
     #: with reason QOSLimit; 0 is no limit.
     max_gpus_per_user: int = 0
+
+
+@dataclass
+class PartitionConfig:
+    """A named set of nodes jobs choose with -p (Slurm's PartitionName=)."""
+
+    #: Node names, each a name or a hostlist (`node[1-4]`).
+    nodes: list[str] = field(default_factory=list)
+    #: The QOS of its jobs that name none ("": the built-in default, normal).
+    default_qos: str = ""
+    #: Time limit of its jobs that name none, in seconds (0: the QOS's default).
+    default_time_s: int = 0
+    #: Longest time limit its jobs may ask for, in seconds; 0 is no cap.
+    max_time_s: int = 0
+    #: The partition of jobs that name none (one at most; else the first defined).
+    default: bool = False
 
 
 def _default_qos() -> dict[str, QosConfig]:
@@ -158,6 +184,8 @@ class Config:
     client: ClientConfig = field(default_factory=ClientConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     qos: dict[str, QosConfig] = field(default_factory=_default_qos)
+    #: None defined: one partition, defaults.DEFAULT_PARTITION, of every node.
+    partition: dict[str, PartitionConfig] = field(default_factory=dict)
     auth: AuthConfig = field(default_factory=AuthConfig)
     #: The file this came from, for messages ("" for built-in defaults).
     path: str = ""
@@ -211,6 +239,9 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if section == "qos":
             cfg.qos = {name: _qos(name, v, source) for name, v in _table(value, "qos", source).items()}
             graced = {name for name, v in value.items() if "grace_s" in v}
+        elif section == "partition":
+            cfg.partition = {name: _partition(name, v, source)
+                             for name, v in _table(value, "partition", source).items()}
         elif section in _SECTIONS:
             setattr(cfg, section, _fill(_SECTIONS[section], _table(value, section, source),
                                         section, source))
@@ -219,6 +250,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     if defaults.DEFAULT_QOS not in cfg.qos:
         raise ConfigError(f"{source}: the QOS {defaults.DEFAULT_QOS!r} must be defined")
     _check_pools(cfg, source)
+    _check_partitions(cfg, source)
     for key in ("health_check_interval_s", "health_check_timeout_s"):
         if not 0 < getattr(cfg.node, key) < math.inf:
             raise ConfigError(f"{source}: [node] {key} must be a number of seconds over 0, not "
@@ -245,6 +277,37 @@ def _check_pools(cfg: Config, source: str) -> None:
                 raise ConfigError(f"{source}: node {node!r} is in the pools of both "
                                   f"{owner[node]!r} and {name!r}")
             owner[node] = name
+
+
+def _check_partitions(cfg: Config, source: str) -> None:
+    """Partitions name their nodes, at most one is the default, and their QOS exist."""
+    from gq.hostlist import expand
+    if sum(p.default for p in cfg.partition.values()) > 1:
+        raise ConfigError(f"{source}: more than one [partition.NAME] has default = true")
+    for name, part in cfg.partition.items():
+        if not part.nodes or not all(isinstance(n, str) and n for n in part.nodes):
+            raise ConfigError(f"{source}: [partition.{name}] nodes must list node names, e.g. "
+                              "[\"node[1-4]\"]")
+        try:
+            for item in part.nodes:
+                expand(item)
+        except GqError as exc:
+            raise ConfigError(f"{source}: [partition.{name}] nodes: {exc}") from None
+        if part.default_qos and part.default_qos not in cfg.qos:
+            raise ConfigError(f"{source}: [partition.{name}] default_qos {part.default_qos!r} "
+                              f"is no [qos.NAME]; known: {', '.join(sorted(cfg.qos))}")
+        if "," in name or not name.strip():
+            raise ConfigError(f"{source}: bad partition name {name!r}")
+
+
+def _partition(name: str, value: Any, source: str) -> PartitionConfig:
+    table = dict(_table(value, f"partition.{name}", source))
+    for key in _DURATION_KEYS & table.keys():
+        try:
+            table[f"{key}_s"] = parse_duration(table.pop(key))
+        except GqError as exc:
+            raise ConfigError(f"{source}: [partition.{name}] {key}: {exc}") from None
+    return _fill(PartitionConfig, table, f"partition.{name}", source)
 
 
 def _table(value: Any, name: str, source: str) -> dict[str, Any]:

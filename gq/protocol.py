@@ -36,6 +36,8 @@ UPDATE = "update"
 HISTORY = "history"
 #: `gq report` (GPU-hours); not "report", which is a node's message.
 ACCOUNTING = "accounting"
+#: `sbatch --test-only`: when and where a job would start; nothing is submitted.
+TEST_SUBMIT = "test_submit"
 # Head -> client.
 REPLY = "reply"
 # Node -> head.
@@ -85,6 +87,9 @@ RANGES: dict[str, tuple[int, int]] = {
     "mem": (0, _I64), "gpu_mem": (0, _I64), "time_limit_s": (0, 10 * 365 * 86400),
     "exit_code": (-255, 65_535), "retries": (0, 1_000_000), "after": (0, _I64),
     "limit": (1, MAX_LIST),
+    "gpus_total": (0, 65_535), "gpus_per_task": (0, 65_535), "ntasks": (0, 2**31),
+    "ntasks_per_node": (0, 2**31), "cpus_per_task": (0, 2**31), "cpus_per_gpu": (0, 2**31),
+    "mem_per_cpu": (0, _I64), "mem_per_gpu": (0, _I64), "nice": (-2**31, 2**31),
 }
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
 _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
@@ -125,11 +130,14 @@ SCHEMAS: dict[str, Schema] = {
               "states": (_OPT_LIST, False), "after": (_INT, False), "limit": (_INT, False)},
     # GPU-seconds of runs inside [since, until] by user, account, QOS and outcome.
     ACCOUNTING: {"since": (_NUM, True), "until": (_NUM, True)},
+    # job: one spec, checked as a submit's. Reply: start (ISO time, None: no estimate),
+    # nodes, cpus, gpus, partition, reason, warnings.
+    TEST_SUBMIT: {"job": (_DICT, True)},
     # running: [job_id, restart] of every run the node holds, alive or ended with its report
     # not yet acked; the head requeues a run it knows started there and that is missing.
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                "mem": (_INT, True), "running": (_LIST, True), "gpu_source": (_STR, False),
-               "addr": (_STR, False)},
+               "addr": (_STR, False), "features": (_LIST, False)},
     HEARTBEAT: {"node": (_STR, True), "telemetry": (_DICT, False), "health": (_LIST, False)},
     REPORT: {"node": (_STR, True), "seq": (_INT, True), "job_id": (_INT, True),
              "restart": (_INT, True), "event": (_STR, True), "state": (_OPT_STR, False),
@@ -138,7 +146,7 @@ SCHEMAS: dict[str, Schema] = {
              "gpus": (_LIST, True), "rank": (_INT, True), "nodelist": (_LIST, True),
              "time_limit_s": (_INT, True), "stdout": (_STR, True), "stderr": (_STR, True),
              "job": (_DICT, True), "grace_s": (_NUM, False), "checkpoint_dir": (_STR, False),
-             "master_addr": (_STR, False)},
+             "master_addr": (_STR, False), "cluster": (_STR, False)},
     # signal: KILL (at once), or a name (TERM, USR1 ...) sent to the job's process group (only
     # its top process with batch_only), then SIGKILL after grace_s (default: the launch's grace_s).
     # no_kill (gq cancel --signal): only the signal; the job is not ended.
@@ -150,7 +158,8 @@ SCHEMAS: dict[str, Schema] = {
 }
 
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
-                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING})
+                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING,
+                             TEST_SUBMIT})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 

@@ -22,14 +22,16 @@ from gq.arrays import parse_ref, split_ref
 from gq.config import Config
 from gq.deps import ParentState, parse_dependency
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
-from gq.head import gate, limits
+from gq.head import gate, limits, testonly
 from gq.head.auth import Caller
 from gq.head.index import JobIndex
+from gq.head.mail import Mailer
+from gq.head.partitions import Partitions
 from gq.head.submits import Submits
 from gq.model import (JOB_FIELDS, Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
                       format_size, iso_time, job_record, parse_signal)
 from gq.head.usage import Usage
-from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, placement, plan
+from gq.sched import NodeView, PendingJob, Reservation, RunningJob, Snapshot, plan
 from gq.sched.priority import factors, priority_of
 from gq.sched.queue import QueueIndex
 from gq.store import Store
@@ -78,8 +80,10 @@ class _Intake:
     views: tuple[NodeView, ...]
     #: The caller's primary group; None when the passwd database does not know the caller.
     gid: int | None
-    #: Shapes (nodes, GPUs, GPU type, VRAM) some node could hold: checked once each.
+    #: Shapes (nodes, GPUs, GPU type, VRAM, ...) some node could hold: checked once each.
     fits: set[tuple[Any, ...]] = field(default_factory=set)
+    #: What gqd accepted but does otherwise than asked, for the reply (one line each).
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -102,12 +106,18 @@ class Head:
         self.parked: list[Parked] = []
         self.dirty = True
         self.submits = Submits(self)
+        #: Mails of the turn's changes (--mail-type), sent by the daemon after the commit.
+        self.mailer = Mailer(cfg.head.mail_program)
         self.load(now)
 
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
         self.cfg = cfg
         self.policy = cfg.policy()
+        self.partitions = Partitions(cfg)
+        #: Job id -> (the spec it was made from, the scheduler's view of the pending job);
+        #: made again when the partitions change.
+        self.views: dict[int, tuple[JobSpec, PendingJob]] = {}
         #: The jobs of the last pass, kept in the orders a pass takes them (under the policy).
         self.queue_index = QueueIndex(self.policy)
         self.dirty = True
@@ -118,8 +128,7 @@ class Head:
         #: Array job id -> task index -> job id, for the arrays' tasks in `jobs`.
         self.arrays: dict[int, dict[int, int]] = {}
         self.queued = limits.Queued()
-        #: Job id -> (the spec it was made from, the scheduler's view of the pending job).
-        self.views: dict[int, tuple[JobSpec, PendingJob]] = {}
+        self.views = {}
         #: Job id -> (its spec, alloc, (start time, ending) and the scheduler's view of it
         #: holding GPUs, made from them).
         self.running_views: dict[int, tuple[JobSpec, dict, tuple[Any, ...], RunningJob]] = {}
@@ -152,6 +161,7 @@ class Head:
                 self.launches[job.id] = Launch(sent_at=0.0, holding=set(job.alloc))
                 self._remind(job.id)
         self.outbox_nodes.clear()
+        self.mailer.clear()
         self.dirty = True
         self.submits.reloaded()
 
@@ -180,7 +190,18 @@ class Head:
         intake = _Intake(views=self._node_views(), gid=_primary_gid(caller.uid))
         return self.submits.submit(
             msg["rid"], client, msg["jobs"],
-            lambda raw: self._accept_spec(protocol.check_spec(raw), caller, intake), now)
+            lambda raw: self._accept_spec(protocol.check_spec(raw), caller, intake), now,
+            intake.warnings)
+
+    def _req_test_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                         ) -> dict:
+        """sbatch --test-only: the job checked as a submit's, then when and where it would
+        start (gq/head/testonly.py); nothing is kept."""
+        intake = _Intake(views=self._node_views(), gid=_primary_gid(caller.uid))
+        spec = self._accept_spec(protocol.check_spec(msg["job"]), caller, intake)
+        return {**testonly.estimate(self, spec, lambda job: _pending_view(
+                    job, self.partitions.allowed(job.spec, self.nodes)), now),
+                "warnings": list(dict.fromkeys(intake.warnings))}
 
     def _track(self, job: Job) -> None:
         self.jobs[job.id] = job
@@ -217,6 +238,7 @@ class Head:
         values["uid"], values["user"] = caller.uid, caller.user
         if (caller.proven or values["gid"] < 0) and intake.gid is not None:
             values["gid"] = intake.gid
+        self.partitions.fill(values, caller, intake.warnings)
         values["qos"] = values["qos"] or defaults.DEFAULT_QOS
         qos = self.cfg.qos.get(values["qos"])
         if qos is None:
@@ -226,7 +248,9 @@ class Head:
             values["time_limit_s"] = qos.default_time_s
         if values["retries"] is None:
             values["retries"] = self.cfg.head.default_retries if values["requeue"] else 0
-        spec = JobSpec.from_dict(spec_fields.check(values))
+        spec = JobSpec.from_dict(self.partitions.resolve(
+            spec_fields.check(values), self.nodes, self.cfg.scheduler.default_gpus,
+            intake.warnings))
         limit = spec.time_limit_s or 0
         if qos.max_time_s and not 0 < limit <= qos.max_time_s:
             # 0 is UNLIMITED, which a capped QOS cannot grant either.
@@ -244,21 +268,14 @@ class Head:
         """Refuse a job no known node could ever hold, saying why (as sbatch does)."""
         if not self.nodes:
             return  # nothing registered yet (a fresh head): the job waits for nodes instead
-        shape = (spec.nodes, spec.gpus, spec.gpu_type, spec.gpu_mem)
+        shape = (spec.nodes, spec.gpus, spec.gpu_type, spec.gpu_mem, spec.cpus, spec.mem,
+                 spec.partition, spec.nodelist, spec.exclude, spec.constraint)
         if shape in intake.fits:
             return
-        view = _pending_view(Job(id=0, spec=spec))
-        hosts = [n for n in intake.views if placement.could_ever_fit(n.gpus, view)]
-        if len(hosts) >= spec.nodes:
-            intake.fits.add(shape)
-            return
-        want = f"{spec.gpus} GPU(s)" + (f" of type {spec.gpu_type}" if spec.gpu_type else "") \
-            + (f" with at least {format_size(spec.gpu_mem)} each" if spec.gpu_mem else "")
-        have = sorted({f"{len(n.gpus)}x{'/'.join(sorted({g.type for g in n.gpus}) or ['none'])}"
-                       for n in self.nodes.values()})
-        raise RefusedError(f"no node can ever run this job: it asks for {want} on each of "
-                           f"{spec.nodes} node(s); {len(hosts)} node(s) could "
-                           f"(nodes have: {', '.join(have)})")
+        reason = self.partitions.never_fits(spec, self.nodes.values())
+        if reason:
+            raise RefusedError(reason)
+        intake.fits.add(shape)
 
     def _req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         if msg.get("signal"):
@@ -653,7 +670,11 @@ class Head:
                 for g in msg["gpus"] if isinstance(g, dict)]
         old = self.nodes.get(name)
         node = Node(name=name, gpus=gpus, cpus=msg["cpus"], mem=msg["mem"], state=NodeState.UP,
-                    last_seen=now, addr=msg.get("addr") or name)
+                    last_seen=now, addr=msg.get("addr") or name,
+                    features=[str(f) for f in msg.get("features") or []])
+        if old is None or old.features != node.features:  # where jobs may run changed
+            self.partitions.changed()
+            self.views.clear()
         if old and (old.drain_reason or old.state == NodeState.DRAIN):
             drain = old.drain_reason or old.reason
             node.state, node.reason, node.drain_reason = NodeState.DRAIN, drain, drain
@@ -753,6 +774,7 @@ class Head:
             return
         self.usage.charge(job, now)
         self.store.insert_run(job, now, "REQUEUED" if job.reason == REQUEUED else "PREEMPTED")
+        self.mailer.requeued(job, now)
         job.state, job.reason, job.alloc, job.start_time = JobState.PENDING, "", {}, None
         job.holds_alloc = False
         job.restart_count += 1
@@ -764,6 +786,7 @@ class Head:
         if job.state == JobState.RUNNING:
             self.usage.charge(job, now)
             self.store.insert_run(job, now, state.value)
+        self.mailer.ended(job, state, now, exit_code)
         job.state, job.end_time, job.exit_code, job.reason = state, now, exit_code, ""
         self.queued.remove(job)
         if job.id not in self.launches:
@@ -835,6 +858,7 @@ class Head:
             self.cfg.head.default_retries  # a job stored before --retries existed
         if job.spec.requeue and job.node_fail_count < retries:
             self.store.insert_run(job, now, JobState.NODE_FAIL.value)
+            self.mailer.requeued(job, now)
             job.state, job.reason, job.alloc = JobState.PENDING, "NodeFail", {}
             job.restart_count += 1
             job.node_fail_count += 1
@@ -901,6 +925,7 @@ class Head:
             job = self.jobs[start.job_id]
             job.priority = rank(self._view(job))
             job.state, job.reason, job.start_time = JobState.RUNNING, "", now
+            self.mailer.began(job, now)
             job.alloc = {n: list(g) for n, g in start.alloc.items()}
             job.holds_alloc = True
             self._save(job, "state", "reason", "start_time", "alloc", "holds_alloc")
@@ -918,7 +943,8 @@ class Head:
         for job in jobs:
             kept = views.get(job.id)
             if kept is None or kept[0] is not job.spec:
-                kept = views[job.id] = (job.spec, _pending_view(job))
+                kept = views[job.id] = (job.spec, _pending_view(
+                    job, self.partitions.allowed(job.spec, self.nodes)))
             out.append(kept[1])
         return tuple(out)
 
@@ -1026,7 +1052,8 @@ class Head:
                     time_limit_s=job.spec.time_limit_s or 0, stdout=job.output_path("output"),
                     stderr=job.output_path("error"), job=job_json,
                     grace_s=self.cfg.head.kill_grace_s, checkpoint_dir=self._checkpoint_dir(job),
-                    master_addr=self.nodes[nodelist[0]].addr if nodelist[0] in self.nodes else "")))
+                    master_addr=self.nodes[nodelist[0]].addr if nodelist[0] in self.nodes else "",
+                    cluster=self.cfg.head.cluster_name)))
 
     def _checkpoint_dir(self, job: Job) -> str:
         root = self.cfg.head.checkpoint_root
@@ -1087,12 +1114,12 @@ def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
         return {"jobs": protocol.PackedItems(out, parts), "next": last if more else None}
 
 
-def _pending_view(job: Job) -> PendingJob:
+def _pending_view(job: Job, allowed: frozenset[str] | None = None) -> PendingJob:
     s = job.spec
     return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
                       nodes=s.nodes, gpus=s.gpus, gpu_type=s.gpu_type, gpu_mem=s.gpu_mem,
                       cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0, user=s.user,
-                      share=s.share)
+                      share=s.share, nice=-s.nice, allowed=allowed)
 
 
 def _running_view(job: Job, ending: bool) -> RunningJob:

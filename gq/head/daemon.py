@@ -260,6 +260,7 @@ class HeadServer:
         for name, data in self.head.outbox_nodes:
             self._send_node(name, data)
         self.head.outbox_nodes.clear()
+        self.head.mailer.send()
 
     def _client(self, req: ClientRequest, now: float) -> tuple[ClientRequest, bytes, bool] | None:
         """(request, reply, accepted) — or None when the reply is deferred."""
