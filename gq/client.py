@@ -148,13 +148,18 @@ class Client:
                             job=spec if isinstance(spec, dict) else spec.to_dict())
 
     def cancel(self, ids: list[int | str], signal: str | None = None,
-               batch_only: bool = False) -> dict[str, Any]:
+               batch_only: bool = False, filter: dict[str, Any] | None = None  # noqa: A002
+               ) -> dict[str, Any]:
         """Cancel jobs (`123`, a whole array by its id, or one task as `"123_7"`); the reply has
         `cancelled` and `errors` (id -> why not). With `signal` ("USR1"), send it to the running
-        jobs instead (only to their script with `batch_only`) and do not end them."""
-        if signal is None:
-            return self.request(protocol.CANCEL, ids=ids)
-        return self.request(protocol.CANCEL, ids=ids, signal=signal, batch_only=batch_only)
+        jobs instead (only to their script with `batch_only`) and do not end them. With
+        `filter` (keys user, states, name, partition, account, qos, nodes), the live jobs
+        whose fields all match (only the caller's unless it names a user), among `ids` if
+        any are given."""
+        extra: dict[str, Any] = {"filter": filter} if filter is not None else {}
+        if signal is not None:
+            extra.update(signal=signal, batch_only=batch_only)
+        return self.request(protocol.CANCEL, ids=ids, **extra)
 
     def update(self, ids: list[int | str], *, time_limit_s: int | None = None,
                qos: str | None = None, name: str | None = None) -> dict[str, Any]:
@@ -176,9 +181,14 @@ class Client:
         return self.request(protocol.REQUEUE, ids=ids)
 
     def history(self, since: float, until: float, user: str | None = None,
-                states: list[str] | None = None) -> list[dict[str, Any]]:
-        """Jobs from the head's store submitted by `until` and not ended before `since`."""
-        return self._pages(protocol.HISTORY, since=since, until=until, user=user, states=states)
+                states: list[str] | None = None, ids: list[int] | None = None,
+                partition: str | None = None) -> list[dict[str, Any]]:
+        """Jobs from the head's store submitted by `until` and not ended before `since`; of
+        `ids` only (a job id, or an array's: all its tasks) and `partition` when given."""
+        extra: dict[str, Any] = {k: v for k, v in (("ids", ids), ("partition", partition))
+                                 if v is not None}
+        return self._pages(protocol.HISTORY, since=since, until=until, user=user, states=states,
+                           **extra)
 
     def accounting(self, since: float, until: float) -> list[dict[str, Any]]:
         """GPU-seconds in [since, until]: rows of user, account, qos, state, gpu_seconds."""
@@ -220,6 +230,10 @@ class Client:
     def nodes(self) -> list[dict[str, Any]]:
         """Nodes and their GPUs with telemetry and the job holding each (`gq nodes --json`)."""
         return list(self.request(protocol.NODES)["nodes"])
+
+    def partitions(self) -> list[dict[str, Any]]:
+        """The partitions: name, nodes, default, default_qos, default_time_s, max_time_s."""
+        return list(self.request(protocol.NODES).get("partitions") or [])
 
     def drain(self, nodes: list[str], reason: str) -> list[str]:
         return list(self.request(protocol.DRAIN, nodes=nodes, reason=reason)["nodes"])

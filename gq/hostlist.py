@@ -9,6 +9,7 @@ its errors.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gq.errors import UsageError
 
@@ -70,6 +71,11 @@ def _expand_item(item: str, text: str) -> list[str]:
         out.extend(f"{prefix}{n:0{width}d}{tail}" for n in range(int(low), int(high) + 1)
                    for tail in tails)
     return out
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sorts node names as Slurm orders a job's nodes: node2 before node10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def compress(names: list[str]) -> str:

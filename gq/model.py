@@ -306,10 +306,12 @@ JOB_FIELDS: dict[str, str] = {
     "dependency": "s.dependency", "restart_count": "j.restart_count", "retries": "s.retries",
     "node_fail_count": "j.node_fail_count", "work_dir": "s.cwd",
     "stdout": "j.output_path('output')", "stderr": "j.output_path('error')",
-    "signal": "s.signal", "share": "s.share", "partition": "s.partition",
+    "signal": "s.signal", "share": "s.share", "partition": "s.partition", "uid": "s.uid",
+    "gid": "s.gid",
     "cpus_per_node": "s.cpus", "mem_per_node": "s.mem", "ntasks": "s.ntasks",
     "cpus_per_task": "s.cpus_per_task", "exclusive": "s.exclusive",
     "constraint": "s.constraint", "nice": "s.nice", "comment": "s.comment",
+    "nodelist": "s.nodelist", "exclude": "s.exclude", "requeue": "s.requeue",
 }
 
 

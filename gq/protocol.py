@@ -103,8 +103,10 @@ SCHEMAS: dict[str, Schema] = {
     SUBMIT: {"jobs": (_LIST, True)},
     # signal (scancel --signal): send it to the running jobs (only their script with
     # batch_only) and do not end them.
+    # filter (scancel -u/-t/-n/-p ...; gq/head/select.py): the live jobs whose fields all
+    # match, only the caller's unless it names a user; with ids, only among those.
     CANCEL: {"ids": (_LIST, True), "user": (_OPT_STR, False), "signal": (_OPT_STR, False),
-             "batch_only": (_BOOL, False)},
+             "batch_only": (_BOOL, False), "filter": (_DICT, False)},
     # start (squeue --start): pending jobs get expected_start and expected_nodes.
     # fields: only these of each job (names of the --json object). Paging (here and in
     # history): with limit, the reply holds at most that many jobs, those with ids past
@@ -125,9 +127,11 @@ SCHEMAS: dict[str, Schema] = {
     # The fields given are changed (time_limit_s 0: no limit); reply as for hold.
     UPDATE: {"ids": (_LIST, True), "time_limit_s": (_INT, False), "qos": (_STR, False),
              "name": (_STR, False)},
-    # Jobs from the store (sacct): submitted by `until` and not ended before `since`.
+    # Jobs from the store (sacct): submitted by `until` and not ended before `since`; only
+    # those of `ids` (job ids; an array's id: its tasks) and `partition` when given.
     HISTORY: {"since": (_NUM, True), "until": (_NUM, True), "user": (_OPT_STR, False),
-              "states": (_OPT_LIST, False), "after": (_INT, False), "limit": (_INT, False)},
+              "states": (_OPT_LIST, False), "after": (_INT, False), "limit": (_INT, False),
+              "ids": (_OPT_LIST, False), "partition": (_OPT_STR, False)},
     # GPU-seconds of runs inside [since, until] by user, account, QOS and outcome.
     ACCOUNTING: {"since": (_NUM, True), "until": (_NUM, True)},
     # job: one spec, checked as a submit's. Reply: start (ISO time, None: no estimate),

@@ -266,9 +266,11 @@ class Store:
 
     def history(self, since: float, until: float, user: str | None = None,
                 states: list[str] | None = None, after: int = 0,
-                limit: int = 100_000) -> list[Job]:
+                limit: int = 100_000, ids: list[int] | None = None,
+                partition: str | None = None) -> list[Job]:
         """Jobs submitted by `until` that had not ended by `since` (sacct's window), by id,
-        from the first after `after`."""
+        from the first after `after`; only those of `ids` (a job, or every task of an array
+        by its id) and of `partition` when given."""
         where = ["id > ?", "submit_time <= ?", "(end_time IS NULL OR end_time >= ?)",
                  f"id < {_STAGED_FROM}"]
         args: list[Any] = [after, until, since]
@@ -278,6 +280,13 @@ class Store:
         if states:
             where.append(f"state IN ({', '.join('?' * len(states))})")
             args.extend(states)
+        if ids is not None:
+            marks = ", ".join("?" * len(ids))
+            where.append(f"(id IN ({marks}) OR array_job_id IN ({marks}))")
+            args.extend([*ids, *ids])
+        if partition:
+            where.append("(',' || partition || ',') LIKE ?")
+            args.append(f"%,{partition},%")
         rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
                                  "ORDER BY id LIMIT ?", (*args, limit))
         return [self._job(r) for r in rows]

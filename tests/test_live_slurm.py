@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 from tests.conftest import LiveCluster, prepare, running, wait_for
@@ -63,3 +64,111 @@ def test_partitions_configured_by_the_site_keep_jobs_on_their_nodes(cluster: Liv
     assert " using 1 processors on nodes node1 in partition big" in test.stdout
     assert test.stdout.startswith(f"Job {jobs[-1] + 1} to start at ")
     cluster.gq("cancel", *map(str, jobs), check=True)
+
+
+#: The batch environment the Slurm 22.05 peer gave the Princeton DDP script (corpus case 02:
+#: -N 2 --ntasks-per-node 2 -c 8 --mem 32G --gres gpu:2) on its first node, less what differs
+#: by site (names, paths, ids, pids).
+PEER_BATCH_ENV = {
+    "ENVIRONMENT": "BATCH", "SLURM_CPUS_ON_NODE": "16", "SLURM_CPUS_PER_TASK": "8",
+    "SLURM_GPUS_ON_NODE": "2", "SLURM_GTIDS": "0", "SLURM_JOB_CPUS_PER_NODE": "16(x2)",
+    "SLURM_JOB_GPUS": "0,1", "SLURM_JOB_NAME": "ddp-torch", "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_QOS": "normal", "SLURM_LOCALID": "0",
+    "SLURM_MEM_PER_NODE": "32768", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
+    "SLURM_NODE_ALIASES": "(null)", "SLURM_NPROCS": "4", "SLURM_NTASKS": "4",
+    "SLURM_NTASKS_PER_NODE": "2", "SLURM_PRIO_PROCESS": "0", "SLURM_PROCID": "0",
+    "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+    "CUDA_VISIBLE_DEVICES": "0,1", "GPU_DEVICE_ORDINAL": "0,1", "ROCR_VISIBLE_DEVICES": "0,1",
+    "ZE_AFFINITY_MASK": "0,1",
+}
+#: Every variable the peer set for that batch script; those gq has no meaning for are left
+#: out (SLURM_WORKING_CLUSTER: slurmctld's address; SLURM_CONF: its config file).
+PEER_BATCH_NAMES = {
+    "CUDA_VISIBLE_DEVICES", "ENVIRONMENT", "GPU_DEVICE_ORDINAL", "HOSTNAME",
+    "ROCR_VISIBLE_DEVICES", "SLURMD_NODENAME", "SLURM_CLUSTER_NAME", "SLURM_CPUS_ON_NODE",
+    "SLURM_CPUS_PER_TASK", "SLURM_GPUS_ON_NODE", "SLURM_GTIDS", "SLURM_JOBID",
+    "SLURM_JOB_ACCOUNT", "SLURM_JOB_CPUS_PER_NODE", "SLURM_JOB_GID", "SLURM_JOB_GPUS",
+    "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES",
+    "SLURM_JOB_PARTITION", "SLURM_JOB_QOS", "SLURM_JOB_UID", "SLURM_JOB_USER", "SLURM_LOCALID",
+    "SLURM_MEM_PER_NODE", "SLURM_NNODES", "SLURM_NODEID", "SLURM_NODELIST",
+    "SLURM_NODE_ALIASES", "SLURM_NPROCS", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE",
+    "SLURM_PRIO_PROCESS", "SLURM_PROCID", "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST",
+    "SLURM_TASKS_PER_NODE", "SLURM_TASK_PID", "SLURM_TOPOLOGY_ADDR",
+    "SLURM_TOPOLOGY_ADDR_PATTERN", "ZE_AFFINITY_MASK",
+}
+
+
+def _env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_a_slurm_script_gets_slurms_environment_and_commands(tmp_path: Path) -> None:
+    live = prepare(tmp_path)
+    with running(live, nodes=2, up_args=("--cpus", "32", "--mem", "64G")):
+        script = live.work / "ddp.sbatch"
+        script.write_text(
+            "#!/bin/bash\n#SBATCH --job-name=ddp-torch\n#SBATCH --nodes=2\n"
+            "#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=8\n#SBATCH --mem=32G\n"
+            "#SBATCH --gres=gpu:2\n#SBATCH --time=00:05:00\nset -u\n"
+            "env > env.$SLURMD_NODENAME\n"
+            'echo "cpus=$SLURM_CPUS_PER_TASK tasks=$SLURM_NTASKS"\n'
+            'squeue -u "$USER" -h -o "%i %T"\n'
+            'scontrol show hostnames "$SLURM_JOB_NODELIST"\n'
+            'echo "master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"\n')
+        sbatch = live.gq("compat", "--dir", str(tmp_path / "bin"))  # gq's sbatch, for the test
+        assert sbatch.returncode == 0 and f'export PATH="{tmp_path / "bin"}:$PATH"' in \
+            sbatch.stdout
+        out = _sh(live, tmp_path, f"sbatch {script}")
+        assert out.returncode == 0, out.stderr
+        job_id = int(out.stdout.removeprefix("Submitted batch job "))
+        live.wait_state(job_id, "COMPLETED")
+        env = _env(live.work / "env.node1")
+        assert {k: env.get(k) for k in PEER_BATCH_ENV} == PEER_BATCH_ENV
+        assert PEER_BATCH_NAMES <= set(env), PEER_BATCH_NAMES - set(env)
+        assert (env["SLURM_JOB_NODELIST"], env["SLURMD_NODENAME"], env["HOSTNAME"]) == \
+            ("node[1-2]", "node1", "node1")
+        assert env["SLURM_JOB_ID"] == env["SLURM_JOBID"] == str(job_id)
+        assert env["PATH"].split(":")[0].endswith("/slurm-bin")
+        assert _env(live.work / "env.node2")["SLURM_NODEID"] == "1"
+        # The batch script's output: Slurm's file name; squeue and scontrol inside the job.
+        text = (live.work / f"slurm-{job_id}.out").read_text()
+        assert "cpus=8 tasks=4\n" in text and f"{job_id} RUNNING\n" in text
+        assert "node1\nnode2\nmaster=node1\n" in text
+
+
+def _sh(live: LiveCluster, tmp_path: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """A shell command of a user who ran `eval "$(gq compat)"`."""
+    env = {**live.env, "PATH": f"{tmp_path / 'bin'}:{live.env['PATH']}"}
+    return subprocess.run(["bash", "-c", command], env=env, cwd=live.work, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_slurm_commands_against_live_daemons(cluster: LiveCluster, tmp_path: Path) -> None:
+    assert cluster.gq("compat", "--dir", str(tmp_path / "bin")).returncode == 0
+    first = _sh(cluster, tmp_path, "sbatch --parsable -J keep -t 10 --wrap 'sleep 300'")
+    assert first.returncode == 0, first.stderr
+    keep = int(first.stdout)
+    held = [int(_sh(cluster, tmp_path, f"sbatch --parsable -H -J {name} --wrap true").stdout)
+            for name in ("drop", "drop", "other")]
+    cluster.wait_state(keep, "RUNNING")
+    assert cluster.show(keep)["gpus_per_node"] == 0  # sbatch asks for no GPU by default
+    listed = _sh(cluster, tmp_path, "squeue -h -o '%i %j %T' -u $(id -un)")
+    assert listed.stdout.splitlines() == [f"{held[0]} drop PENDING", f"{held[1]} drop PENDING",
+                                          f"{held[2]} other PENDING", f"{keep} keep RUNNING"]
+    # scancel by name and state: only the pending "drop" jobs.
+    assert _sh(cluster, tmp_path, "scancel -t PD -n drop").returncode == 0
+    wait_for(lambda: [cluster.show(j)["state"] for j in held] ==
+             ["CANCELLED", "CANCELLED", "PENDING"], "the two drop jobs to be cancelled")
+    assert _sh(cluster, tmp_path, "scancel 99999").returncode == 0  # Slurm's: silently
+    show = _sh(cluster, tmp_path, f"scontrol show job {keep}")
+    assert show.stdout.startswith(f"JobId={keep} JobName=keep\n") and \
+        "   JobState=RUNNING Reason=None Dependency=(null)\n" in show.stdout
+    assert _sh(cluster, tmp_path, f"scontrol release {held[2]}").returncode == 0
+    cluster.wait_state(held[2], "COMPLETED")
+    acct = _sh(cluster, tmp_path, f"sacct -P -n -o JobID,JobName,State,ExitCode -j {held[2]}")
+    assert acct.stdout == f"{held[2]}|other|COMPLETED|0:0\n"
+    info = _sh(cluster, tmp_path, "sinfo -h -N -o '%N %t'")
+    assert sorted(info.stdout.splitlines()) == ["node1 mix", "node2 idle"] or \
+        sorted(info.stdout.splitlines()) == ["node1 idle", "node2 mix"]
+    assert _sh(cluster, tmp_path, f"scancel {keep}").returncode == 0
+    cluster.wait_state(keep, "CANCELLED")

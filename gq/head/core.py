@@ -22,11 +22,12 @@ from gq.arrays import parse_ref, split_ref
 from gq.config import Config
 from gq.deps import ParentState, parse_dependency
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
-from gq.head import gate, limits, testonly
+from gq.head import gate, limits, select, testonly
 from gq.head.auth import Caller
 from gq.head.index import JobIndex
 from gq.head.mail import Mailer
 from gq.head.partitions import Partitions
+from gq.hostlist import natural_key
 from gq.head.submits import Submits
 from gq.model import (JOB_FIELDS, Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
                       format_size, iso_time, job_record, parse_signal)
@@ -278,6 +279,9 @@ class Head:
         intake.fits.add(shape)
 
     def _req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        if msg.get("filter") is not None:  # scancel -u/-t/-n/-p: the live jobs it names
+            msg = {**msg, "ids": select.matching(self.jobs.values(), select.check(msg["filter"]),
+                                                 caller, msg["ids"] or None)}
         if msg.get("signal"):
             sig = parse_signal(msg["signal"])  # a bad name is the caller's usage error
             batch = bool(msg.get("batch_only")) or sig.batch_only  # -b, or B:USR1
@@ -537,9 +541,14 @@ class Head:
         """Jobs of the store in sacct's window, by id: up to HISTORY_MAX of them, or with
         `limit` a page of those after `after`."""
         limit = msg.get("limit")
+        ids = msg.get("ids")
+        if ids is not None and not all(isinstance(i, int) and not isinstance(i, bool)
+                                       for i in ids):
+            raise ProtocolError("history: ids must be job ids")
         jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"),
                                   after=msg.get("after", 0),
-                                  limit=HISTORY_MAX if limit is None else limit + 1)
+                                  limit=HISTORY_MAX if limit is None else limit + 1,
+                                  ids=ids, partition=msg.get("partition"))
         return _paged(jobs, job_record(), limit)
 
     def _req_accounting(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
@@ -572,7 +581,7 @@ class Head:
             for gpu in data["gpus"]:
                 gpu["job"] = holders.get((node.name, gpu["index"]))
             out.append(data)
-        return {"nodes": out}
+        return {"nodes": out, "partitions": self.partitions.describe(self.nodes)}
 
     def _req_drain(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         """Take nodes out of scheduling; running jobs carry on (Slurm's DRAIN)."""
@@ -926,7 +935,9 @@ class Head:
             job.priority = rank(self._view(job))
             job.state, job.reason, job.start_time = JobState.RUNNING, "", now
             self.mailer.began(job, now)
-            job.alloc = {n: list(g) for n, g in start.alloc.items()}
+            # Ranks in name order, as Slurm's: rank 0 is the first of SLURM_JOB_NODELIST.
+            job.alloc = {n: list(g) for n, g in sorted(start.alloc.items(),
+                                                      key=lambda item: natural_key(item[0]))}
             job.holds_alloc = True
             self._save(job, "state", "reason", "start_time", "alloc", "holds_alloc")
             self.launches[job.id] = Launch(sent_at=now, holding=set(job.alloc))

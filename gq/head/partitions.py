@@ -48,8 +48,14 @@ class Partitions:
         """A node came or its features changed: allowed sets are worked out again."""
         self._allowed.clear()
 
-    def names(self) -> list[str]:
-        return list(self.parts) or [DEFAULT_PARTITION]
+    def describe(self, nodes: Iterable[str]) -> list[dict[str, Any]]:
+        """The partitions as `nodes` replies list them (sinfo, scontrol show partition)."""
+        if not self.parts:
+            return [{"name": DEFAULT_PARTITION, "nodes": sorted(nodes), "default": True,
+                     "default_qos": "", "default_time_s": 0, "max_time_s": 0}]
+        return [{"name": name, "nodes": sorted(self.nodes_of[name]), "default": name == self.default,
+                 "default_qos": p.default_qos, "default_time_s": p.default_time_s,
+                 "max_time_s": p.max_time_s} for name, p in self.parts.items()]
 
     def fill(self, values: dict[str, Any], caller: Caller, warnings: list[str]) -> None:
         """A raw spec's partition (its default if it names none; refused if unknown) and the

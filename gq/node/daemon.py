@@ -56,8 +56,11 @@ class NodeDaemon:
     def __init__(self, name: str, head: str, state_dir: Path, gpus: GpuSource,
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
-                 ctx: zmq.Context | None = None, signals: service.Signals | None = None):
+                 ctx: zmq.Context | None = None, signals: service.Signals | None = None,
+                 features: list[str] | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
+        #: Its features (--features, [node] features), which jobs' --constraint names.
+        self.features = list(features or [])
         self.health = health
         #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
         self.launch_problem = ""
@@ -112,7 +115,7 @@ class NodeDaemon:
     def register(self) -> None:
         """Tell the head what this node has, runs it still holds included (their ends too)."""
         self._send(protocol.REGISTER, node=self.name, addr=self.addr, cpus=self.cpus,
-                   mem=self.mem, gpu_source=self.gpu_source.kind,
+                   mem=self.mem, gpu_source=self.gpu_source.kind, features=self.features,
                    gpus=[{"index": g.index, "type": g.type, "memory": g.memory, "uuid": g.uuid,
                           "name": g.name} for g in self.gpus],
                    running=[[r.job_id, r.restart] for r in self.runs.values()]
@@ -372,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="pretend to have these GPUs: 8, 8xh100:80G, 4xa100:40G,4xl4:24G")
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--addr", default=None, help="address other nodes reach this one at")
+    parser.add_argument("--cpus", type=int, default=None,
+                        help="CPUs offered to jobs (default: [node] cpus, else the host's)")
+    parser.add_argument("--mem", default=None,
+                        help="memory offered to jobs, e.g. 256G (default: [node] mem, else the host's)")
+    parser.add_argument("--features", default=None,
+                        help="the node's features, comma-separated (default: [node] features)")
     parser.add_argument("--virtual", type=int, default=0, metavar="N",
                         help="TEST/BENCHMARK MODE, not for production: run N node identities "
                         "NAME-v001... in this one process, each with its own state directory "
@@ -410,8 +419,9 @@ def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
         name=name, head=args.head or cfg.node.head, state_dir=state_dir,
         gpus=open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE),
         addr=args.addr or socket.gethostname(),
-        cpus=cfg.node.cpus or os.cpu_count() or 1,
-        mem=parse_size(cfg.node.mem) or psutil.virtual_memory().total,
+        cpus=args.cpus or cfg.node.cpus or os.cpu_count() or 1,
+        mem=parse_size(args.mem or cfg.node.mem) or psutil.virtual_memory().total,
+        features=args.features.split(",") if args.features is not None else cfg.node.features,
         heartbeat_s=cfg.node.heartbeat_s,
         curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
         health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
