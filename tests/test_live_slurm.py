@@ -172,3 +172,28 @@ def test_slurm_commands_against_live_daemons(cluster: LiveCluster, tmp_path: Pat
         sorted(info.stdout.splitlines()) == ["node1 idle", "node2 mix"]
     assert _sh(cluster, tmp_path, f"scancel {keep}").returncode == 0
     cluster.wait_state(keep, "CANCELLED")
+
+
+def test_gq_cancels_lists_and_reports_by_filters(cluster: LiveCluster) -> None:
+    jobs = {name: cluster.submit("-H", "-J", name, "--wrap", "true")
+            for name in ("sweep", "keep", "odd|name")}
+    extra = cluster.submit("-H", "-J", "sweep", "--wrap", "true")
+    listed = cluster.gq("queue", "-j", f"{jobs['sweep']},{extra}", "-o", "%i %j %T", check=True)
+    assert listed.stdout == (f"JOBID NAME STATE\n{jobs['sweep']} sweep PENDING\n"
+                             f"{extra} sweep PENDING\n")
+    done = cluster.gq("cancel", "-n", "sweep", "-t", "PD", check=True)
+    assert "cancelled 2 job(s)" in done.stderr
+    assert [cluster.show(j)["state"] for j in (jobs["sweep"], extra, jobs["keep"])] == \
+        ["CANCELLED", "CANCELLED", "PENDING"]
+    assert "no live job matches" in cluster.gq("cancel", "-n", "sweep", check=True).stderr
+    assert cluster.gq("cancel").returncode == 2  # nothing named
+    history = cluster.gq("history", "-p", "-j", str(jobs["sweep"]), check=True).stdout
+    assert history.splitlines()[1].split("|")[:6] == [str(jobs["sweep"]), "sweep",
+                                                      cluster.show(extra)["user"], "",
+                                                      "normal", "CANCELLED"]
+    # --parsable: a '|' in a value is written as '/', so that every line splits alike.
+    rows = cluster.gq("queue", "-p", "-j", str(jobs["odd|name"]), check=True).stdout
+    assert rows.splitlines()[1].split("|")[1] == "odd/name"
+    assert cluster.gq("queue", "--json", "-j", str(jobs["odd|name"]),
+                      check=True).stdout.count('"odd|name"') == 1
+    cluster.gq("cancel", str(jobs["keep"]), str(jobs["odd|name"]), check=True)

@@ -268,3 +268,28 @@ def test_partition_config_needs_nodes_and_known_qos() -> None:
                                  "q": {"nodes": ["n1"], "default": True}}})
     assert from_dict({"partition": {"p": {"nodes": ["n[1-2]"]}}}).partition["p"] == \
         PartitionConfig(nodes=["n[1-2]"])
+
+
+# ---------------------------------------------------------------- filtered control
+
+
+def test_a_filtered_cancel_takes_the_live_jobs_that_match_and_only_the_callers() -> None:
+    head = _head()
+    mine = [_job(head, _submit(head, ["-J", name, "-H"])).id for name in ("a", "a", "b")]
+    theirs = _job(head, _submit(head, ["-J", "a", "-H"], Caller(uid=1002, user="bob",
+                                                                 proven=True))).id
+
+    def cancel(caller: Caller, flt: dict[str, Any], ids: list[Any] | None = None
+               ) -> dict[str, Any]:
+        with head.store.tx():
+            return head.handle_client({"type": protocol.CANCEL, "rid": 1, "ids": ids or [],
+                                       "filter": flt}, caller, None, T0)
+    assert cancel(OWNER, {"name": "a", "states": ["PENDING"]})["cancelled"] == mine[:2]
+    assert head.jobs[theirs].state.value == "PENDING"  # not the caller's
+    assert cancel(OWNER, {"name": "b"}, [mine[0], 999])["cancelled"] == []  # among those ids
+    assert cancel(OWNER, {"user": "bob"})["errors"] == {
+        str(theirs): f"permission denied: job {theirs} belongs to bob"}
+    assert cancel(ADMIN, {"partition": "gpu"})["cancelled"] == [mine[2], theirs]
+    from gq.errors import ProtocolError
+    with pytest.raises(ProtocolError, match="filter"):
+        cancel(OWNER, {"colour": "red"})

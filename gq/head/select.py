@@ -28,14 +28,14 @@ def check(flt: Any) -> dict[str, Any]:
 
 
 def matching(jobs: Iterable[Job], flt: dict[str, Any], caller: Caller,
-             refs: list[Any] | None = None) -> list[str]:
-    """The references of the live jobs the filter names: only the caller's own unless it names
+             refs: list[Any] | None = None) -> list[int | str]:
+    """The references (as requests name jobs) of the live jobs the filter names: only the caller's own unless it names
     a user or the caller is an admin; with `refs`, only among those jobs (or arrays)."""
     user = flt.get("user") or (None if caller.admin else caller.user)
     states = set(flt.get("states") or ())
     nodes = set(flt.get("nodes") or ())
     wanted = None if not refs else {str(r) for r in refs}
-    out = []
+    out: list[int | str] = []
     for job in jobs:
         s = job.spec
         if job.state.terminal or (user and s.user != user) \
@@ -48,5 +48,5 @@ def matching(jobs: Iterable[Job], flt: dict[str, Any], caller: Caller,
             continue
         if wanted is not None and not {job.ref, str(job.id), str(job.array_job_id)} & wanted:
             continue
-        out.append(job.ref)
+        out.append(job.id if job.array_job_id is None else job.ref)
     return out

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gq.errors import ExitStatus, GqError, exit_status
+from gq.errors import ExitStatus, GqError, UsageError, exit_status
 from gq.units import parse_iso_time
 
 #: gq's states in Slurm's compact form (squeue %t).
@@ -21,8 +21,9 @@ LONG = {short: long for long, short in SHORT.items()}
 LIVE = ("PENDING", "RUNNING")
 
 
-class Failure(Exception):
-    """A Slurm command's own error: printed as Slurm prints it (the whole line), exit 1."""
+class Failure(UsageError):
+    """A Slurm command's own error: printed as Slurm prints it (the whole line), exit 1 (a
+    usage error where gq's own commands meet it: `gq queue -o` with a bad format)."""
 
 
 def main(prog: str, body: Callable[[list[str]], int], argv: list[str] | None = None) -> int:

@@ -139,7 +139,8 @@ def run(argv: list[str]) -> int:
 
 def lines(chosen: list[tuple[str, int | None]], rows: list[dict[str, Any]],
           args: argparse.Namespace) -> list[str]:
-    values = [[_clean(COLUMNS[name][1](row)) for name, _ in chosen] for row in rows]
+    from gq.cli.render import one_line
+    values = [[one_line(COLUMNS[name][1](row)) for name, _ in chosen] for row in rows]
     names = [name for name, _ in chosen]
     if args.parsable2 or args.parsable:
         end = "|" if args.parsable else ""
@@ -157,11 +158,6 @@ def lines(chosen: list[tuple[str, int | None]], rows: list[dict[str, Any]],
         " ".join("-" * w for w in widths) + " "]
     return out + [" ".join(cell(t, w, left) for t, w, left in zip(v, widths, lefts)) + " "
                   for v in values]
-
-
-def _clean(text: str) -> str:
-    """A value on one line and without `|` (see the module's docstring)."""
-    return text.replace("|", "/").replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,18 +143,24 @@ def run(argv: list[str]) -> int:
     jobs.sort(key=lambda j: (j["state"] != "PENDING", (j.get("expected_start") or "~")
                              if args.start else -(j.get("priority") or 0)
                              if j["state"] == "PENDING" else 0, j["id"]))
-    from gq.cli.render import fold_pending_tasks
-    shown = [(j, j.get("job_id") or str(j["id"])) for j in jobs] if args.array \
-        else fold_pending_tasks(jobs)
     form = args.format or (START if args.start else LONG_FORMAT if args.long else DEFAULT)
-    pieces = fmt.parse(form, COLUMNS, "squeue")
-    lines = fmt.render(pieces, COLUMNS, [(j, str(i), now) for j, i in shown],
-                       header=not args.noheader)
     if args.long and not args.noheader:
         print(time.strftime("%a %b %d %H:%M:%S %Y"))
-    for text in lines:
-        print(text)
+    print_format(form, jobs, header=not args.noheader, fold=not args.array, now=now)
     return 0
+
+
+def print_format(form: str, jobs: list[dict[str, Any]], header: bool, fold: bool = True,
+                 now: float | None = None, prog: str = "squeue") -> None:
+    """`jobs` in a squeue format (also `gq queue -o`): an array's pending tasks folded into one
+    line unless not `fold`."""
+    from gq.cli.render import fold_pending_tasks
+    shown = fold_pending_tasks(jobs) if fold else \
+        [(j, j.get("job_id") or str(j["id"])) for j in jobs]
+    moment = time.time() if now is None else now
+    for text in fmt.render(fmt.parse(form, COLUMNS, prog), COLUMNS,
+                           [(j, str(i), moment) for j, i in shown], header=header):
+        print(text)
 
 
 def _matches(job: dict[str, Any], args: argparse.Namespace, users: list[str],
