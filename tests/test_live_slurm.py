@@ -5,6 +5,7 @@ batch job gets."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -170,6 +171,14 @@ def test_slurm_commands_against_live_daemons(cluster: LiveCluster, tmp_path: Pat
     info = _sh(cluster, tmp_path, "sinfo -h -N -o '%N %t'")
     assert sorted(info.stdout.splitlines()) == ["node1 mix", "node2 idle"] or \
         sorted(info.stdout.splitlines()) == ["node1 idle", "node2 mix"]
+    test = _sh(cluster, tmp_path, "sbatch --test-only -c 1 --wrap true")
+    assert test.returncode == 0 and test.stdout == ""
+    assert re.fullmatch(r"sbatch: Job \d+ to start at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d using 1 "
+                        r"processors on nodes node[12] in partition gpu\n", test.stderr), test.stderr
+    refused = _sh(cluster, tmp_path, "sbatch --gres=gpu:9 --wrap true")
+    assert refused.returncode == 1 and refused.stderr.startswith(
+        "sbatch: error: Batch job submission failed: no node can ever run this job: it asks "
+        "for 9 GPU(s)")
     assert _sh(cluster, tmp_path, f"scancel {keep}").returncode == 0
     cluster.wait_state(keep, "CANCELLED")
 
