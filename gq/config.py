@@ -301,13 +301,19 @@ def _check_partitions(cfg: Config, source: str) -> None:
 
 
 def _partition(name: str, value: Any, source: str) -> PartitionConfig:
-    table = dict(_table(value, f"partition.{name}", source))
+    return _timed(PartitionConfig, f"partition.{name}", value, source)
+
+
+def _timed(cls: type, section: str, value: Any, source: str) -> Any:
+    """A table's dataclass, its `default_time` and `max_time` durations read into their
+    `_s` keys."""
+    table = dict(_table(value, section, source))
     for key in _DURATION_KEYS & table.keys():
         try:
             table[f"{key}_s"] = parse_duration(table.pop(key))
         except GqError as exc:
-            raise ConfigError(f"{source}: [partition.{name}] {key}: {exc}") from None
-    return _fill(PartitionConfig, table, f"partition.{name}", source)
+            raise ConfigError(f"{source}: [{section}] {key}: {exc}") from None
+    return _fill(cls, table, section, source)
 
 
 def _table(value: Any, name: str, source: str) -> dict[str, Any]:
@@ -317,13 +323,7 @@ def _table(value: Any, name: str, source: str) -> dict[str, Any]:
 
 
 def _qos(name: str, value: Any, source: str) -> QosConfig:
-    table = dict(_table(value, f"qos.{name}", source))
-    for key in _DURATION_KEYS & table.keys():
-        try:
-            table[f"{key}_s"] = parse_duration(table.pop(key))
-        except GqError as exc:
-            raise ConfigError(f"{source}: [qos.{name}] {key}: {exc}") from None
-    qos = _fill(QosConfig, table, f"qos.{name}", source)
+    qos: QosConfig = _timed(QosConfig, f"qos.{name}", value, source)
     if not 0 <= qos.grace_s < math.inf:  # nan or inf would never come to the SIGKILL
         raise ConfigError(f"{source}: [qos.{name}] grace_s must be a number of seconds, 0 or "
                           f"more, not {qos.grace_s!r}")

@@ -48,6 +48,27 @@ def main(prog: str, body: Callable[[list[str]], int], argv: list[str] | None = N
         return int(status)
 
 
+#: How `parser` declares an option's value: a flag, one value, values (repeated or comma
+#: lists), or how often it is given.
+FLAG, ONE, MANY, COUNT = "flag", "one", "many", "count"
+
+
+def parser(prog: str, *options: tuple[str, str], positional: str | None = None) -> Any:
+    """An argparse parser of a Slurm command: `options` as ("-u --user", kind); `--help` only
+    (Slurm's `-h` means no header for some); `positional`: the name of its words."""
+    import argparse
+    p = argparse.ArgumentParser(prog=prog, add_help=False)
+    p.add_argument("--help", action="help")
+    if positional:
+        p.add_argument(positional, nargs="*")
+    actions: dict[str, dict[str, Any]] = {FLAG: {"action": "store_true"}, ONE: {},
+                                          MANY: {"action": "append"},
+                                          COUNT: {"action": "count", "default": 0}}
+    for names, kind in options:
+        p.add_argument(*names.split(), **actions[kind])
+    return p
+
+
 def client() -> Any:
     from gq.client import Client
     return Client()

@@ -89,24 +89,15 @@ COLUMNS: dict[str, fmt.Column] = {name: (name, func) for name, (_, func) in FIEL
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sacct", add_help=False)
-    p.add_argument("--help", action="help")
-    p.add_argument("-j", "--jobs", action="append")
-    p.add_argument("-S", "--starttime")
-    p.add_argument("-E", "--endtime")
-    p.add_argument("-u", "--user", "--uid", action="append")
-    p.add_argument("-a", "--allusers", action="store_true")
-    p.add_argument("-s", "--state", action="append")
-    p.add_argument("-r", "--partition")
-    p.add_argument("-P", "--parsable2", action="store_true")
-    p.add_argument("-p", "--parsable", action="store_true")
-    p.add_argument("-n", "--noheader", action="store_true")
-    p.add_argument("-X", "--allocations", action="store_true")
-    p.add_argument("-o", "--format")
-    p.add_argument("-b", "--brief", action="store_true")
-    p.add_argument("-D", "--duplicates", action="store_true")
-    p.add_argument("-L", "--allclusters", action="store_true")
-    return p
+    return common.parser(
+        "sacct", ("-j --jobs", common.MANY), ("-S --starttime", common.ONE),
+        ("-E --endtime", common.ONE), ("-u --user --uid", common.MANY),
+        ("-a --allusers", common.FLAG), ("-s --state", common.MANY),
+        ("-r --partition", common.ONE), ("-P --parsable2", common.FLAG),
+        ("-p --parsable", common.FLAG), ("-n --noheader", common.FLAG),
+        ("-X --allocations", common.FLAG), ("-o --format", common.ONE),
+        ("-b --brief", common.FLAG), ("-D --duplicates", common.FLAG),
+        ("-L --allclusters", common.FLAG))
 
 
 def run(argv: list[str]) -> int:

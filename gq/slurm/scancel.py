@@ -14,25 +14,13 @@ from gq.slurm.common import Failure
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scancel", add_help=False)
-    p.add_argument("--help", action="help")
-    p.add_argument("jobs", nargs="*")
-    p.add_argument("-u", "--user")
-    p.add_argument("--me", action="store_true")
-    p.add_argument("-t", "--state", action="append")
-    p.add_argument("-n", "--name", "--jobname")
-    p.add_argument("-p", "--partition")
-    p.add_argument("-A", "--account")
-    p.add_argument("-q", "--qos")
-    p.add_argument("-w", "--nodelist")
-    p.add_argument("-s", "--signal")
-    p.add_argument("-b", "--batch", action="store_true")
-    p.add_argument("-f", "--full", action="store_true")
-    p.add_argument("-i", "--interactive", action="store_true")
-    p.add_argument("-H", "--hurry", action="store_true")
-    p.add_argument("-v", "--verbose", action="count", default=0)
-    p.add_argument("-Q", "--quiet", action="store_true")
-    return p
+    return common.parser(
+        "scancel", ("-u --user", common.ONE), ("--me", common.FLAG), ("-t --state", common.MANY),
+        ("-n --name --jobname", common.ONE), ("-p --partition", common.ONE),
+        ("-A --account", common.ONE), ("-q --qos", common.ONE), ("-w --nodelist", common.ONE),
+        ("-s --signal", common.ONE), ("-b --batch", common.FLAG), ("-f --full", common.FLAG),
+        ("-i --interactive", common.FLAG), ("-H --hurry", common.FLAG),
+        ("-v --verbose", common.COUNT), ("-Q --quiet", common.FLAG), positional="jobs")
 
 
 def run(argv: list[str]) -> int:

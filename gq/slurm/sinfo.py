@@ -74,19 +74,11 @@ def _gres(node: dict[str, Any]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sinfo", add_help=False)
-    p.add_argument("--help", action="help")
-    p.add_argument("-h", "--noheader", action="store_true")
-    p.add_argument("-N", "--Node", action="store_true")
-    p.add_argument("-s", "--summarize", action="store_true")
-    p.add_argument("-o", "--format")
-    p.add_argument("-p", "--partition", action="append")
-    p.add_argument("-t", "--states", action="append")
-    p.add_argument("-n", "--nodes", action="append")
-    p.add_argument("-l", "--long", action="store_true")
-    p.add_argument("-a", "--all", action="store_true")
-    p.add_argument("-e", "--exact", action="store_true")
-    return p
+    return common.parser(
+        "sinfo", ("-h --noheader", common.FLAG), ("-N --Node", common.FLAG),
+        ("-s --summarize", common.FLAG), ("-o --format", common.ONE),
+        ("-p --partition", common.MANY), ("-t --states", common.MANY), ("-n --nodes", common.MANY),
+        ("-l --long", common.FLAG), ("-a --all", common.FLAG), ("-e --exact", common.FLAG))
 
 
 def run(argv: list[str]) -> int:

@@ -105,24 +105,15 @@ COLUMNS: dict[str, fmt.Column] = {
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="squeue", add_help=False)
-    p.add_argument("--help", action="help")
-    p.add_argument("-h", "--noheader", action="store_true")
-    p.add_argument("-o", "--format")
-    p.add_argument("-l", "--long", action="store_true")
-    p.add_argument("--start", action="store_true")
-    p.add_argument("-r", "--array", action="store_true")
-    p.add_argument("-u", "--user", action="append")
-    p.add_argument("--me", action="store_true")
+    p = common.parser(
+        "squeue", ("-h --noheader", common.FLAG), ("-o --format", common.ONE),
+        ("-l --long", common.FLAG), ("--start", common.FLAG), ("-r --array", common.FLAG),
+        ("-u --user", common.MANY), ("--me", common.FLAG), ("-t --states", common.MANY),
+        ("-p --partition", common.MANY), ("-n --name", common.MANY),
+        ("-A --account", common.MANY), ("-q --qos", common.MANY),
+        ("-w --nodelist", common.MANY), ("-v --verbose", common.FLAG),
+        ("-a --all", common.FLAG))  # -a: every partition, which gq lists anyway
     p.add_argument("-j", "--jobs", action="append", nargs="?", const="")
-    p.add_argument("-t", "--states", action="append")
-    p.add_argument("-p", "--partition", action="append")
-    p.add_argument("-n", "--name", action="append")
-    p.add_argument("-A", "--account", action="append")
-    p.add_argument("-q", "--qos", action="append")
-    p.add_argument("-w", "--nodelist", action="append")
-    p.add_argument("-a", "--all", action="store_true")  # every partition: gq lists all anyway
-    p.add_argument("-v", "--verbose", action="store_true")
     return p
 
 
