@@ -151,20 +151,37 @@ class Client:
         """Queue jobs (all or none, one commit); their ids, an array's being its first task's.
         The head sets each job's user, uid and gid from the caller (see `wrap`). A spec may
         also be given in its wire form, `JobSpec.to_dict()`'s (as `gq submit` builds it)."""
+        return list(self.submit_reply(specs)["ids"])
+
+    def submit_reply(self, specs: list[JobSpec] | list[dict[str, Any]]) -> dict[str, Any]:
+        """`submit`'s whole reply: `ids`, and `warnings` (what gqd accepted but will not do
+        as asked, one line each), when there are any."""
         if len(specs) > defaults.MAX_SUBMIT_SPECS:
             raise UsageError(f"a submit may carry at most {defaults.MAX_SUBMIT_SPECS} jobs, not "
                              f"{len(specs)}: send several (an array of many tasks is one job)")
-        return list(self.request(protocol.SUBMIT, jobs=[
-            s if type(s) is dict else s.to_dict() for s in specs])["ids"])
+        return self.request(protocol.SUBMIT, jobs=[
+            s if isinstance(s, dict) else s.to_dict() for s in specs])
+
+    def test_submit(self, spec: JobSpec | dict[str, Any]) -> dict[str, Any]:
+        """sbatch --test-only: accept nothing, but say when and where the job would start as
+        the queue stands: `start` (ISO time, None when the scheduler cannot tell), `nodes`,
+        `cpus`, `gpus`, `partition` and `reason`."""
+        return self.request(protocol.TEST_SUBMIT,
+                            job=spec if isinstance(spec, dict) else spec.to_dict())
 
     def cancel(self, ids: list[int | str], signal: str | None = None,
-               batch_only: bool = False) -> dict[str, Any]:
+               batch_only: bool = False, filter: dict[str, Any] | None = None  # noqa: A002
+               ) -> dict[str, Any]:
         """Cancel jobs (`123`, a whole array by its id, or one task as `"123_7"`); the reply has
         `cancelled` and `errors` (id -> why not). With `signal` ("USR1"), send it to the running
-        jobs instead (only to their script with `batch_only`) and do not end them."""
-        if signal is None:
-            return self.request(protocol.CANCEL, ids=ids)
-        return self.request(protocol.CANCEL, ids=ids, signal=signal, batch_only=batch_only)
+        jobs instead (only to their script with `batch_only`) and do not end them. With
+        `filter` (keys user, states, name, partition, account, qos, nodes), the live jobs
+        whose fields all match (only the caller's unless it names a user), among `ids` if
+        any are given."""
+        extra: dict[str, Any] = {"filter": filter} if filter is not None else {}
+        if signal is not None:
+            extra.update(signal=signal, batch_only=batch_only)
+        return self.request(protocol.CANCEL, ids=ids, **extra)
 
     def update(self, ids: list[int | str], *, time_limit_s: int | None = None,
                qos: str | None = None, name: str | None = None) -> dict[str, Any]:
@@ -186,9 +203,14 @@ class Client:
         return self.request(protocol.REQUEUE, ids=ids)
 
     def history(self, since: float, until: float, user: str | None = None,
-                states: list[str] | None = None) -> list[dict[str, Any]]:
-        """Jobs from the head's store submitted by `until` and not ended before `since`."""
-        return self._pages(protocol.HISTORY, since=since, until=until, user=user, states=states)
+                states: list[str] | None = None, ids: list[int] | None = None,
+                partition: str | None = None) -> list[dict[str, Any]]:
+        """Jobs from the head's store submitted by `until` and not ended before `since`; of
+        `ids` only (a job id, or an array's: all its tasks) and `partition` when given."""
+        extra: dict[str, Any] = {k: v for k, v in (("ids", ids), ("partition", partition))
+                                 if v is not None}
+        return self._pages(protocol.HISTORY, since=since, until=until, user=user, states=states,
+                           **extra)
 
     def accounting(self, since: float, until: float) -> list[dict[str, Any]]:
         """GPU-seconds in [since, until]: rows of user, account, qos, state, gpu_seconds."""
@@ -230,6 +252,10 @@ class Client:
     def nodes(self) -> list[dict[str, Any]]:
         """Nodes and their GPUs with telemetry and the job holding each (`gq nodes --json`)."""
         return list(self.request(protocol.NODES)["nodes"])
+
+    def partitions(self) -> list[dict[str, Any]]:
+        """The partitions: name, nodes, default, default_qos, default_time_s, max_time_s."""
+        return list(self.request(protocol.NODES).get("partitions") or [])
 
     def drain(self, nodes: list[str], reason: str) -> list[str]:
         return list(self.request(protocol.DRAIN, nodes=nodes, reason=reason)["nodes"])

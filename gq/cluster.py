@@ -163,13 +163,17 @@ def _spawn(args: list[str], log: Path) -> None:
 
 
 def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
-       say: Callable[[str], None] = lambda _: None) -> config_mod.Config:
-    """Start whatever part of the personal cluster is not running; wait until it serves."""
+       say: Callable[[str], None] = lambda _: None, shape: dict[str, str] | None = None,
+       named: list[dict[str, str]] | None = None) -> config_mod.Config:
+    """Start whatever part of the personal cluster is not running; wait until it serves.
+    `shape`: what every node claims to have (cpus, mem, features: gqnode's --cpus, --mem,
+    --features); `named`: the nodes one by one instead (name, and any of fake_gpus, cpus,
+    mem, features), see `parse_node`."""
     layout = layout or Layout.default()
     layout.runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(layout.runtime, 0o700)  # only the owner may reach the sockets
     cfg = write_config(layout)
-    members = _members(layout, nodes, fake_gpus, say)
+    members = _members(layout, nodes, fake_gpus, say, shape or {}, named)
     if cfg.auth.curve:
         keys.ensure(Path(cfg.auth.key_dir), [keys.HEAD, *(m["name"] for m in members)])
     if read_alive(layout.head_pid) is None:
@@ -182,8 +186,10 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
     for member in members:
         if read_alive(layout.node_pid(member["name"])) is None:
             fake = ["--fake-gpus", member["fake_gpus"]] if member["fake_gpus"] else []
+            claims = [w for key in NODE_KEYS if member.get(key)
+                      for w in (f"--{key}", member[key])]
             _spawn(["gq.node.main", "--config", str(layout.config), "--name", member["name"],
-                    "--addr", "127.0.0.1", *fake], layout.log(member["name"]))
+                    "--addr", "127.0.0.1", *fake, *claims], layout.log(member["name"]))
             started.append(member["name"])
             say(f"started gqnode {member['name']} "
                 f"({member['fake_gpus'] + ' fake' if fake else 'real'} GPUs)")
@@ -200,18 +206,46 @@ def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,
     return cfg
 
 
+#: What a node of `gq up` may claim besides its GPUs (gqnode's options of these names).
+NODE_KEYS = ("cpus", "mem", "features")
+
+
+def parse_node(text: str) -> dict[str, str]:
+    """`gq up --node NAME[:cpus=N,mem=SIZE,gpus=SPEC,features=A+B]` as a member."""
+    from gq.errors import UsageError
+    name, _, rest = text.partition(":")
+    member = {"name": name.strip()}
+    if not member["name"] or not all(c.isalnum() or c in "-_." for c in member["name"]):
+        raise UsageError(f"bad --node {text!r}: expected NAME[:cpus=N,mem=SIZE,gpus=SPEC,"
+                         "features=A+B]")
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        key = {"gpus": "fake_gpus"}.get(key.strip(), key.strip())
+        if not eq or key not in ("fake_gpus", *NODE_KEYS):
+            raise UsageError(f"bad --node {text!r}: {item!r}: expected cpus=, mem=, gpus= or "
+                             "features=")
+        member[key] = value.strip().replace("+", ",") if key == "features" else value.strip()
+    return member
+
+
 def _members(layout: Layout, nodes: int | None, fake_gpus: str | None,
-             say: Callable[[str], None]) -> list[dict[str, str]]:
+             say: Callable[[str], None], shape: dict[str, str],
+             named: list[dict[str, str]] | None) -> list[dict[str, str]]:
     """The cluster's nodes: as recorded, changed by what this `up` asked for."""
     recorded = json.loads(layout.members.read_text()) if layout.members.exists() else []
-    count = nodes if nodes is not None else (len(recorded) or 1)
+    count = len(named) if named else nodes if nodes is not None else (len(recorded) or 1)
     spec = fake_gpus if fake_gpus is not None else (
         recorded[0]["fake_gpus"] if recorded else _default_gpus(say))
-    if not spec and count > 1:
+    if not spec and count > 1 and not all(m.get("fake_gpus") for m in named or ()):
         say("real GPUs can belong to only one node on this host: starting 1 node, not "
             f"{count} (use --fake-gpus to simulate more)")
         count = 1
-    members = [{"name": f"node{i + 1}", "fake_gpus": spec} for i in range(count)]
+    kept = {k: v for k, v in (recorded[0] if recorded and not shape and not named else {}).items()
+            if k in NODE_KEYS}
+    members = [{"name": f"node{i + 1}", "fake_gpus": spec, **kept, **shape}
+               for i in range(count)]
+    if named:
+        members = [{"fake_gpus": spec, **shape, **m} for m in named[:count]]
     layout.members.write_text(json.dumps(members))
     return members
 

@@ -54,6 +54,11 @@ class HeadConfig:
     #: Prometheus endpoint, HOST:PORT (port 0: any free one, written to STATE_DIR/metrics.addr);
     #: "" serves none. Loopback by default: it names users and jobs.
     metrics_addr: str = "127.0.0.1:6819"
+    #: Slurm's MailProg: run by gqd, as `PROGRAM -s SUBJECT USER`, when a job that asked for
+    #: mail (--mail-type) begins, ends, fails or is requeued; "" sends none.
+    mail_program: str = ""
+    #: Slurm's ClusterName, which jobs see as SLURM_CLUSTER_NAME.
+    cluster_name: str = defaults.CLUSTER_NAME
 
 
 #: `[node] cgroups` values (gq.node.cgroups).
@@ -89,6 +94,8 @@ class NodeConfig:
     dev_dir: str = "/dev"
     #: Give each job a /tmp of its own, removed at its end (Slurm's job_container/tmpfs).
     private_tmp: bool = False
+    #: The node's features, which jobs' --constraint names (Slurm's Feature=).
+    features: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -130,6 +137,9 @@ class SchedulerConfig:
     reserve_age_s: int = 48 * 3600
     #: A job that started less than this long ago is not preempted, in seconds.
     preempt_exempt_s: int = 600
+    #: GPUs per node of a `gq submit` job that asks for none in any form (a Slurm script, or
+    #: an `sbatch` call, that asks for none gets none).
+    default_gpus: int = defaults.DEFAULT_GPUS
 
 
 @dataclass
@@ -156,6 +166,22 @@ class QosConfig:
     #: Per user, GPUs in use by running jobs of this QOS (MaxTRESPerUser=gres/gpu): more wait
     #: with reason QOSLimit; 0 is no limit.
     max_gpus_per_user: int = 0
+
+
+@dataclass
+class PartitionConfig:
+    """A named set of nodes jobs choose with -p (Slurm's PartitionName=)."""
+
+    #: Node names, each a name or a hostlist (`node[1-4]`).
+    nodes: list[str] = field(default_factory=list)
+    #: The QOS of its jobs that name none ("": the built-in default, normal).
+    default_qos: str = ""
+    #: Time limit of its jobs that name none, in seconds (0: the QOS's default).
+    default_time_s: int = 0
+    #: Longest time limit its jobs may ask for, in seconds; 0 is no cap.
+    max_time_s: int = 0
+    #: The partition of jobs that name none (one at most; else the first defined).
+    default: bool = False
 
 
 def _default_qos() -> dict[str, QosConfig]:
@@ -192,6 +218,8 @@ class Config:
     relay: RelayConfig = field(default_factory=RelayConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     qos: dict[str, QosConfig] = field(default_factory=_default_qos)
+    #: None defined: one partition, defaults.DEFAULT_PARTITION, of every node.
+    partition: dict[str, PartitionConfig] = field(default_factory=dict)
     auth: AuthConfig = field(default_factory=AuthConfig)
     #: The file this came from, for messages ("" for built-in defaults).
     path: str = ""
@@ -245,6 +273,9 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if section == "qos":
             cfg.qos = {name: _qos(name, v, source) for name, v in _table(value, "qos", source).items()}
             graced = {name for name, v in value.items() if "grace_s" in v}
+        elif section == "partition":
+            cfg.partition = {name: _partition(name, v, source)
+                             for name, v in _table(value, "partition", source).items()}
         elif section in _SECTIONS:
             setattr(cfg, section, _fill(_SECTIONS[section], _table(value, section, source),
                                         section, source))
@@ -253,6 +284,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     if defaults.DEFAULT_QOS not in cfg.qos:
         raise ConfigError(f"{source}: the QOS {defaults.DEFAULT_QOS!r} must be defined")
     _check_pools(cfg, source)
+    _check_partitions(cfg, source)
     for key in ("health_check_interval_s", "health_check_timeout_s"):
         if not 0 < getattr(cfg.node, key) < math.inf:
             raise ConfigError(f"{source}: [node] {key} must be a number of seconds over 0, not "
@@ -296,6 +328,43 @@ def _check_pools(cfg: Config, source: str) -> None:
             owner[node] = name
 
 
+def _check_partitions(cfg: Config, source: str) -> None:
+    """Partitions name their nodes, at most one is the default, and their QOS exist."""
+    from gq.hostlist import expand
+    if sum(p.default for p in cfg.partition.values()) > 1:
+        raise ConfigError(f"{source}: more than one [partition.NAME] has default = true")
+    for name, part in cfg.partition.items():
+        if not part.nodes or not all(isinstance(n, str) and n for n in part.nodes):
+            raise ConfigError(f"{source}: [partition.{name}] nodes must list node names, e.g. "
+                              "[\"node[1-4]\"]")
+        try:
+            for item in part.nodes:
+                expand(item)
+        except GqError as exc:
+            raise ConfigError(f"{source}: [partition.{name}] nodes: {exc}") from None
+        if part.default_qos and part.default_qos not in cfg.qos:
+            raise ConfigError(f"{source}: [partition.{name}] default_qos {part.default_qos!r} "
+                              f"is no [qos.NAME]; known: {', '.join(sorted(cfg.qos))}")
+        if "," in name or not name.strip():
+            raise ConfigError(f"{source}: bad partition name {name!r}")
+
+
+def _partition(name: str, value: Any, source: str) -> PartitionConfig:
+    return _timed(PartitionConfig, f"partition.{name}", value, source)
+
+
+def _timed(cls: type, section: str, value: Any, source: str) -> Any:
+    """A table's dataclass, its `default_time` and `max_time` durations read into their
+    `_s` keys."""
+    table = dict(_table(value, section, source))
+    for key in _DURATION_KEYS & table.keys():
+        try:
+            table[f"{key}_s"] = parse_duration(table.pop(key))
+        except GqError as exc:
+            raise ConfigError(f"{source}: [{section}] {key}: {exc}") from None
+    return _fill(cls, table, section, source)
+
+
 def _table(value: Any, name: str, source: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: [{name}] must be a table")
@@ -303,13 +372,7 @@ def _table(value: Any, name: str, source: str) -> dict[str, Any]:
 
 
 def _qos(name: str, value: Any, source: str) -> QosConfig:
-    table = dict(_table(value, f"qos.{name}", source))
-    for key in _DURATION_KEYS & table.keys():
-        try:
-            table[f"{key}_s"] = parse_duration(table.pop(key))
-        except GqError as exc:
-            raise ConfigError(f"{source}: [qos.{name}] {key}: {exc}") from None
-    qos = _fill(QosConfig, table, f"qos.{name}", source)
+    qos: QosConfig = _timed(QosConfig, f"qos.{name}", value, source)
     if not 0 <= qos.grace_s < math.inf:  # nan or inf would never come to the SIGKILL
         raise ConfigError(f"{source}: [qos.{name}] grace_s must be a number of seconds, 0 or "
                           f"more, not {qos.grace_s!r}")

@@ -67,6 +67,11 @@ DEFAULT_TIME_LIMIT_S = 24 * 3600
 #: Most nodes one job may ask for (`-N`), and most GPUs per node (`-g`).
 MAX_NODES_PER_JOB = 64
 MAX_GPUS_PER_NODE = 64
+#: Most tasks one job may ask for (`-n`, and `--ntasks-per-node`), most CPUs per task or per
+#: GPU (`-c`, `--cpus-per-gpu`), and the widest `--nice` (Slurm's).
+MAX_TASKS = 1_000_000
+MAX_CPUS = 2**20
+MAX_NICE = 2_147_483_645
 #: Longest time limit a job may name (`-t`), in seconds: ten years.
 MAX_TIME_LIMIT_S = 10 * 365 * 86400
 #: Most tasks one `--array` may have, and its highest index.
@@ -97,6 +102,18 @@ MAX_QUEUED_JOBS = 200_000
 DEFAULT_QOS = "normal"
 #: Output file pattern when `-o` is not given (Slurm's is slurm-%j.out).
 DEFAULT_OUTPUT = "gq-%j.out"
+#: ... of a Slurm script (one with #SBATCH lines) or an `sbatch` call: Slurm's, with an
+#: array's by its job id and index.
+SLURM_OUTPUT = "slurm-%j.out"
+SLURM_ARRAY_OUTPUT = "slurm-%A_%a.out"
+#: GPUs per node of a `gq submit` job that asks for none in any form ([scheduler]
+#: default_gpus); a Slurm script or an `sbatch` call that asks for none gets none.
+DEFAULT_GPUS = 1
+#: The one partition, holding every node, of a cluster whose config defines none (the name
+#: most GPU clusters' scripts ask for).
+DEFAULT_PARTITION = "gpu"
+#: Slurm's ClusterName of a cluster whose config names none ([head] cluster_name).
+CLUSTER_NAME = "gq"
 
 #: Names of the files in gqd's state directory.
 DB_FILE = "gq.db"

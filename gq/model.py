@@ -188,6 +188,40 @@ class JobSpec:
     #: `--share`: runs on GPUs it shares with other sharing jobs while the sum of their
     #: `gpu_mem` fits in each GPU's VRAM (never beside an exclusive job).
     share: bool = False
+    #: The host `gq submit` ran on (SLURM_SUBMIT_HOST).
+    submit_host: str = ""
+    # Slurm's requests as given (None: not given). gqd works out nodes, gpus, cpus and mem
+    # from them when it accepts the spec (gq/tasks.py); they also name the SLURM_* variables.
+    #: `--gpus`: GPUs for the whole job.
+    gpus_total: int | None = None
+    gpus_per_task: int | None = None
+    #: `-n`: tasks of the whole job; None when neither it nor --ntasks-per-node was given.
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None
+    #: Bytes.
+    mem_per_cpu: int | None = None
+    mem_per_gpu: int | None = None
+    #: `--exclusive`: it holds whole nodes.
+    exclusive: bool = False
+    #: The partition it runs in (or Slurm's comma list of them); None until gqd fills in the
+    #: default.
+    partition: str | None = None
+    #: `--constraint` on node features (gq/features.py).
+    constraint: str | None = None
+    #: `-w`, `-x`: nodes it must, or must not, run on, as given (hostlist form allowed).
+    nodelist: str | None = None
+    exclude: str | None = None
+    #: `--open-mode`: "append" or "truncate" its output files (None: truncate, but append
+    #: after a requeue).
+    open_mode: str | None = None
+    #: `--nice`: priority points taken off (added, when negative).
+    nice: int = 0
+    comment: str | None = None
+    #: `--mail-type` (upper case, comma-separated) and `--mail-user` (None: the owner).
+    mail_type: str | None = None
+    mail_user: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
@@ -275,7 +309,12 @@ JOB_FIELDS: dict[str, str] = {
     "dependency": "s.dependency", "restart_count": "j.restart_count", "retries": "s.retries",
     "node_fail_count": "j.node_fail_count", "work_dir": "s.cwd",
     "stdout": "j.output_path('output')", "stderr": "j.output_path('error')",
-    "signal": "s.signal", "share": "s.share",
+    "signal": "s.signal", "share": "s.share", "partition": "s.partition", "uid": "s.uid",
+    "gid": "s.gid",
+    "cpus_per_node": "s.cpus", "mem_per_node": "s.mem", "ntasks": "s.ntasks",
+    "cpus_per_task": "s.cpus_per_task", "exclusive": "s.exclusive",
+    "constraint": "s.constraint", "nice": "s.nice", "comment": "s.comment",
+    "nodelist": "s.nodelist", "exclude": "s.exclude", "requeue": "s.requeue",
 }
 
 
@@ -328,11 +367,14 @@ class Node:
     addr: str = ""
     #: Latest per-GPU telemetry: index -> {util, mem_used, temp}.
     telemetry: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Its features (`[node] features`), which jobs' --constraint names.
+    features: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "state": self.state.value, "reason": self.reason,
             "addr": self.addr, "cpus": self.cpus, "mem": self.mem,
+            "features": list(self.features),
             "last_seen": iso_time(self.last_seen),
             "gpus": [{**dataclasses.asdict(g), **self.telemetry.get(g.index, {})} for g in self.gpus],
         }

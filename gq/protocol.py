@@ -38,6 +38,8 @@ UPDATE = "update"
 HISTORY = "history"
 #: `gq report` (GPU-hours); not "report", which is a node's message.
 ACCOUNTING = "accounting"
+#: `sbatch --test-only`: when and where a job would start; nothing is submitted.
+TEST_SUBMIT = "test_submit"
 # Head -> client.
 REPLY = "reply"
 # Node -> head.
@@ -120,6 +122,9 @@ RANGES: dict[str, tuple[float, float]] = {
     # a spec's --begin: shown as a date in every listing (1e300 made each one fail)
     "begin_time": _TIME,
     "park_s": _DURATION, "grace_s": _DURATION,
+    "gpus_total": (0, 65_535), "gpus_per_task": (0, 65_535), "ntasks": (0, 2**31),
+    "ntasks_per_node": (0, 2**31), "cpus_per_task": (0, 2**31), "cpus_per_gpu": (0, 2**31),
+    "mem_per_cpu": (0, _I64), "mem_per_gpu": (0, _I64), "nice": (-2**31, 2**31),
 }
 #: Most items of a list field, where fewer than MAX_LIST make sense.
 COUNTS: dict[str, int] = {"jobs": MAX_SUBMIT_SPECS, "states": 64, "fields": 256, "gpus": 1024,
@@ -151,8 +156,10 @@ _CLIENT_SCHEMAS: dict[str, Schema] = {
     SUBMIT: {"jobs": (_LIST, True)},
     # signal (scancel --signal): send it to the running jobs (only their script with
     # batch_only) and do not end them.
+    # filter (scancel -u/-t/-n/-p ...; gq/head/select.py): the live jobs whose fields all
+    # match, only the caller's unless it names a user; with ids, only among those.
     CANCEL: {"ids": (_LIST, True), "user": (_OPT_STR, False), "signal": (_OPT_STR, False),
-             "batch_only": (_BOOL, False)},
+             "batch_only": (_BOOL, False), "filter": (_DICT, False)},
     # start (squeue --start): pending jobs get expected_start and expected_nodes.
     # fields: only these of each job (names of the --json object). Paging (here and in
     # history): with limit, the reply holds at most that many jobs, those with ids past
@@ -173,11 +180,16 @@ _CLIENT_SCHEMAS: dict[str, Schema] = {
     # The fields given are changed (time_limit_s 0: no limit); reply as for hold.
     UPDATE: {"ids": (_LIST, True), "time_limit_s": (_INT, False), "qos": (_STR, False),
              "name": (_STR, False)},
-    # Jobs from the store (sacct): submitted by `until` and not ended before `since`.
+    # Jobs from the store (sacct): submitted by `until` and not ended before `since`; only
+    # those of `ids` (job ids; an array's id: its tasks) and `partition` when given.
     HISTORY: {"since": (_NUM, True), "until": (_NUM, True), "user": (_OPT_STR, False),
-              "states": (_OPT_LIST, False), "after": (_INT, False), "limit": (_INT, False)},
+              "states": (_OPT_LIST, False), "after": (_INT, False), "limit": (_INT, False),
+              "ids": (_OPT_LIST, False), "partition": (_OPT_STR, False)},
     # GPU-seconds of runs inside [since, until] by user, account, QOS and outcome.
     ACCOUNTING: {"since": (_NUM, True), "until": (_NUM, True)},
+    # job: one spec, checked as a submit's. Reply: start (ISO time, None: no estimate),
+    # nodes, cpus, gpus, partition, reason, warnings.
+    TEST_SUBMIT: {"job": (_DICT, True)},
 }
 
 SCHEMAS: dict[str, Schema] = {
@@ -186,7 +198,7 @@ SCHEMAS: dict[str, Schema] = {
     # not yet acked; the head requeues a run it knows started there and that is missing.
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                "mem": (_INT, True), "running": (_LIST, True), "gpu_source": (_STR, False),
-               "addr": (_STR, False)},
+               "addr": (_STR, False), "features": (_LIST, False)},
     # telemetry: GPU index (as text) -> reading -> number; health: problems, one line each.
     HEARTBEAT: {"node": (_STR, True), "telemetry": (_DICT, False), "health": (_LIST, False),
                 "disk": (_OPT_STR, False)},
@@ -202,7 +214,7 @@ SCHEMAS: dict[str, Schema] = {
              "gpus": (_LIST, True), "rank": (_INT, True), "nodelist": (_LIST, True),
              "time_limit_s": (_INT, True), "stdout": (_STR, True), "stderr": (_STR, True),
              "job": (_DICT, True), "grace_s": (_NUM, False), "checkpoint_dir": (_STR, False),
-             "master_addr": (_STR, False)},
+             "master_addr": (_STR, False), "cluster": (_STR, False)},
     # signal: KILL (at once), or a name (TERM, USR1 ...) sent to the job's process group (only
     # its top process with batch_only), then SIGKILL after grace_s (default: the launch's grace_s).
     # no_kill (gq cancel --signal): only the signal; the job is not ended.
@@ -214,7 +226,8 @@ SCHEMAS: dict[str, Schema] = {
 }
 
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
-                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING})
+                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING,
+                             TEST_SUBMIT})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
@@ -472,16 +485,37 @@ def _telemetry(key: str, value: dict[Any, Any], what: str) -> None:
 #: What `gq nodes` shows of a GPU besides its telemetry.
 _GPU_FIELDS = frozenset({*GPU_SCHEMA, "job"})
 _STRINGS = _items(_STR)
+#: What a filtered cancel's `filter` may name (scancel -u/-t/-n/-p ...): gq/head/select.py.
+FILTER_SCHEMA: Schema = {"user": (_OPT_STR, False), "states": (_OPT_LIST, False),
+                         "name": (_OPT_STR, False), "partition": (_OPT_STR, False),
+                         "account": (_OPT_STR, False), "qos": (_OPT_STR, False),
+                         "nodes": (_OPT_LIST, False)}
+
+
+def _filter(key: str, value: dict[str, Any], what: str) -> None:
+    """A filter map: only FILTER_SCHEMA's fields, its lists of strings."""
+    where = f"{what}: {key}"
+    unknown = set(value) - set(FILTER_SCHEMA)
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field {clip(sorted(map(str, unknown))[0])}")
+    check(value, FILTER_SCHEMA, where)
+    for name in ("states", "nodes"):
+        if value.get(name) is not None:
+            _STRINGS(name, value[name], where)
+
+
 #: Message type -> field -> what the field holds, checked after its type.
 RULES: dict[str, dict[str, Rule]] = {
-    **{kind: {"ids": _refs} for kind in (CANCEL, WAIT, HOLD, RELEASE, REQUEUE, UPDATE)},
+    **{kind: {"ids": _refs} for kind in (WAIT, HOLD, RELEASE, REQUEUE, UPDATE)},
+    CANCEL: {"ids": _refs, "filter": _filter},
     SUBMIT: {"jobs": _items(_DICT)},  # each a job spec, checked (check_spec) as gqd takes it
     SHOW: {"id": _refs},
     QUEUE: {"states": _STRINGS, "fields": _STRINGS},
-    HISTORY: {"states": _STRINGS},
+    HISTORY: {"states": _STRINGS, "ids": _items(_INT, like="id")},
     DRAIN: {"nodes": _STRINGS},
     RESUME: {"nodes": _STRINGS},
-    REGISTER: {"gpus": _maps(GPU_SCHEMA), "running": _int_pairs("job_id", "restart")},
+    REGISTER: {"gpus": _maps(GPU_SCHEMA), "running": _int_pairs("job_id", "restart"),
+               "features": _STRINGS},
     HEARTBEAT: {"telemetry": _telemetry, "health": _STRINGS},
     LAUNCH: {"gpus": _items(_INT, like="index"), "nodelist": _STRINGS},
 }

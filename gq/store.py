@@ -67,6 +67,11 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE runs ADD COLUMN max_rss INTEGER",
         "ALTER TABLE runs ADD COLUMN total_cpu_s REAL",
     ],
+    [
+        # The partition a job runs in (Slurm's comma list of them), for listings by it; NULL
+        # for jobs stored before partitions (their cluster's default partition).
+        "ALTER TABLE jobs ADD COLUMN partition TEXT",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: How many arrays' shared spec blobs the store keeps in memory.
@@ -76,7 +81,7 @@ log = logging.getLogger("gq.store")
 
 _JOB_COLUMNS = ("id, name, user, uid, qos, state, reason, nodes, gpus, gpu_type, time_limit_s, "
                 "submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count, "
-                "array_job_id, array_index, spec, hold, node_fail_count")
+                "array_job_id, array_index, spec, hold, node_fail_count, partition")
 #: The first id of staged jobs (see Store.stage_jobs), as SQL: past every id when none are.
 _STAGED_FROM = ("COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'staged_from'), "
                 "9223372036854775807)")
@@ -262,10 +267,15 @@ class Store:
                           (str(first),))
         return first
 
+    def next_id(self) -> int:
+        """The id the next job inserted will get (sbatch --test-only names it)."""
+        row = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
+        return (row[0] if row else 0) + 1
+
     def add_staged(self, rows: list[tuple[Job, bytes]]) -> None:
         """Insert (job, spec blob) pairs with the ids they were given since `stage_jobs`; an
         array's tasks after its first have an empty blob (they share the first's)."""
-        self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 22})",
+        self.conn.executemany(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?{', ?' * 23})",
                               [_job_row(j, blob, j.id) for j, blob in rows])
 
     def unstage(self) -> None:
@@ -336,9 +346,11 @@ class Store:
 
     def history(self, since: float, until: float, user: str | None = None,
                 states: list[str] | None = None, after: int = 0,
-                limit: int = 100_000) -> list[Job]:
+                limit: int = 100_000, ids: list[int] | None = None,
+                partition: str | None = None) -> list[Job]:
         """Jobs submitted by `until` that had not ended by `since` (sacct's window), by id,
-        from the first after `after`."""
+        from the first after `after`; only those of `ids` (a job, or every task of an array
+        by its id) and of `partition` when given."""
         where = ["id > ?", "submit_time <= ?", "(end_time IS NULL OR end_time >= ?)",
                  f"id < {_STAGED_FROM}"]
         args: list[Any] = [after, until, since]
@@ -348,6 +360,13 @@ class Store:
         if states:
             where.append(f"state IN ({', '.join('?' * len(states))})")
             args.extend(states)
+        if ids is not None:
+            marks = ", ".join("?" * len(ids))
+            where.append(f"(id IN ({marks}) OR array_job_id IN ({marks}))")
+            args.extend([*ids, *ids])
+        if partition:
+            where.append("(',' || partition || ',') LIKE ?")
+            args.append(f"%,{partition},%")
         rows = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
                                  "ORDER BY id LIMIT ?", (*args, limit))
         return [self._job(r) for r in rows]
@@ -424,7 +443,7 @@ class Store:
 
     def save_node(self, node: Node) -> None:
         info = {"gpus": [_gpu_dict(g) for g in node.gpus], "cpus": node.cpus, "mem": node.mem,
-                "drain_reason": node.drain_reason}
+                "drain_reason": node.drain_reason, "features": node.features}
         self.conn.execute(
             "INSERT OR REPLACE INTO nodes(name, state, reason, last_seen, info) VALUES (?,?,?,?,?)",
             (node.name, node.state.value, node.reason, node.last_seen,
@@ -438,6 +457,7 @@ class Store:
             nodes.append(Node(name=name, state=NodeState(state), reason=reason,
                               drain_reason=data.get("drain_reason", ""),
                               last_seen=last_seen, cpus=data["cpus"], mem=data["mem"],
+                              features=list(data.get("features", [])),
                               gpus=[Gpu(**g) for g in data["gpus"]]))
         return nodes
 
@@ -505,13 +525,13 @@ def _job_row(job: Job, blob: bytes, job_id: int | None) -> tuple[Any, ...]:
             s.gpu_type, s.time_limit_s, job.submit_time, job.start_time, job.end_time,
             job.exit_code, json.dumps(job.alloc) if job.alloc else "{}", int(job.holds_alloc),
             job.restart_count,
-            job.array_job_id, job.array_index, blob, job.hold, job.node_fail_count)
+            job.array_job_id, job.array_index, blob, job.hold, job.node_fail_count, s.partition)
 
 
 def _job(row: Iterable[Any], spec: bytes) -> Job:
     (job_id, name, _user, _uid, qos, state, reason, _nodes, _gpus, _gpu_type, time_limit_s,
      submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count,
-     array_job_id, array_index, _spec, hold, node_fail_count) = row
+     array_job_id, array_index, _spec, hold, node_fail_count, _partition) = row
     # qos, time limit and name may be updated after submit (gq update): the columns, not the
     # blob (an array's tasks share their first task's), are current.
     values = msgpack.unpackb(spec, raw=False)

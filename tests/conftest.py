@@ -163,11 +163,13 @@ def prepare(root: Path) -> LiveCluster:
 
 
 @contextlib.contextmanager
-def running(live: LiveCluster, nodes: int = 2, fake_gpus: str = "8") -> Iterator[LiveCluster]:
-    """`gq up` on a prepared cluster; `gq down` afterwards, and no process may be left over."""
+def running(live: LiveCluster, nodes: int = 2, fake_gpus: str = "8",
+            up_args: tuple[str, ...] = ()) -> Iterator[LiveCluster]:
+    """`gq up` on a prepared cluster (with `up_args`: --cpus, --mem, --node ...); `gq down`
+    afterwards, and no process may be left over."""
     root = live.root
     try:
-        up = live.gq("up", "--nodes", str(nodes), "--fake-gpus", fake_gpus)
+        up = live.gq("up", "--nodes", str(nodes), "--fake-gpus", fake_gpus, *up_args)
         assert up.returncode == 0, f"gq up failed: {up.stderr}\n{live.log('gqd')}"
         yield live
     finally:

@@ -92,7 +92,7 @@ def test_every_line_is_read_as_typer_reads_it_or_left_to_typer(commands: Any, na
 
 
 def test_lines_only_typer_reads_are_left_to_it() -> None:
-    for words in (["-h"], ["--help"], ["--hold=yes"], ["-HJx"], ["--name", "-x"], ["-g", "two"],
+    for words in (["-h"], ["--help"], ["--hold=yes"], ["-HJx"], ["--name", "-x"], ["-N", "two"],
                   ["--gpus"], ["--no-such"]):
         assert fast.parse(fast.SUBMIT_OPTIONS, words, interspersed=False) is None, words
     assert fast.run(["--color", "never", "queue"]) is None  # global options: typer's
@@ -110,7 +110,8 @@ def test_the_cli_builds_a_spec_with_exactly_jobspecs_fields() -> None:
     params = fast.parse(fast.SUBMIT_OPTIONS, ["-t", "1:00:00", "--signal", "B:usr1@30", "--gpu-mem",
                                               "20G", "--share", "-a", "0-3", "x.sh"], False)
     assert params is not None
-    spec = submission.build_spec("#!/bin/sh\n", "x.sh", ["a"], params[0])
+    spec = submission.build_spec("#!/bin/sh\n", "x.sh", ["a"],
+                                 submission.layer_fields(params[0], params[1], []))
     assert list(spec) == [f.name for f in dataclasses.fields(JobSpec)]
     assert JobSpec.from_dict(spec).to_dict() == spec
     assert (spec["time_limit_s"], spec["signal"], spec["array"]) == (3600, "B:USR1@30", "0-3")

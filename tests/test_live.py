@@ -126,14 +126,17 @@ def test_job_environment_follows_the_contract(cluster: LiveCluster) -> None:
 def test_sbatch_and_gq_directives_are_honoured(cluster: LiveCluster) -> None:
     script = cluster.work / "train.sh"
     script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:2 -t 10\n#SBATCH -J named\n"
-                      "#SBATCH -o out.%j\n#SBATCH --partition=gpu\n#GQ --qos pro\n"
-                      "echo gpus=$CUDA_VISIBLE_DEVICES\n")
+                      "#SBATCH -o out.%j\n#SBATCH --partition=train\n#SBATCH --reservation=r1\n"
+                      "#GQ --qos pro\necho gpus=$CUDA_VISIBLE_DEVICES\n")
     result = cluster.gq("submit", "--parsable", str(script), check=True)
-    assert "partition" in result.stderr  # skipped with a warning, not silently
+    # No partitions are configured: the script's runs on every node, with a warning; an
+    # sbatch option gq has no use for is named too, not skipped silently.
+    assert "partition 'train' is every node" in result.stderr
+    assert "--reservation: sbatch's, not used by gq, ignored" in result.stderr
     job_id = int(result.stdout)
     job = cluster.wait_state(job_id, "COMPLETED")
-    assert (job["name"], job["gpus_per_node"], job["time_limit_s"], job["qos"]) == \
-        ("named", 2, 600, "pro")
+    assert (job["name"], job["gpus_per_node"], job["time_limit_s"], job["qos"],
+            job["partition"]) == ("named", 2, 600, "pro", "train")
     assert (cluster.work / f"out.{job_id}").read_text().count(",") == 1
 
 

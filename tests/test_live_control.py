@@ -96,7 +96,7 @@ def test_afterok_chain_runs_in_order_and_a_failed_parent_never_satisfies(
 
     failing = cluster.submit("--wrap", "sleep 1; exit 3")
     child = cluster.submit("-d", f"afterok:{failing}", "--wrap", "true")
-    killed = cluster.submit("-d", f"afterok:{failing}", "--kill-on-invalid-dep", "--wrap", "true")
+    killed = cluster.submit("-d", f"afterok:{failing}", "--kill-on-invalid-dep", "yes", "--wrap", "true")
     rescue = cluster.submit("-d", f"afternotok:{failing}", "--wrap", "true")
     either = cluster.submit("-d", f"afterok:{failing}?afterany:{first}", "--wrap", "true")
     cluster.wait_state(failing, "FAILED")

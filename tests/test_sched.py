@@ -543,7 +543,8 @@ def test_plan_is_deterministic_and_does_not_mutate_snapshot(state: Snapshot):
 FORBIDDEN = {"sqlite3", "zmq", "typer", "rich", "msgpack"}
 PKG = Path(gq.__file__).parent
 PURE_FILES = sorted(PKG.glob("sched/*.py")) + [PKG / name for name in (
-    "model.py", "units.py", "spec.py", "deps.py", "arrays.py")]
+    "model.py", "units.py", "spec.py", "deps.py", "arrays.py", "optvalues.py", "hostlist.py",
+    "features.py", "tasks.py")]
 
 
 def _imports(path: Path) -> set[str]:
@@ -563,7 +564,7 @@ def test_pure_core_imports_no_io_libraries(path: Path):
     # And from the package itself, only the other pure modules.
     internal = {n for n in _imports(path) if n.split(".")[0] == "gq"}
     assert all(n in {"gq.model", "gq.units", "gq.errors", "gq.defaults", "gq.spec", "gq.deps",
-                     "gq.arrays"}
+                     "gq.arrays", "gq.optvalues", "gq.hostlist", "gq.features", "gq.tasks"}
                or n.startswith("gq.sched")
                for n in internal), internal
 

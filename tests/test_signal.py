@@ -75,7 +75,8 @@ def test_job_spec_carries_the_signal_and_older_specs_load() -> None:
 
 def test_sbatch_signal_directive_is_translated() -> None:
     warnings: list[str] = []
-    assert translate_slurm(["--signal=B:USR1@90"], warnings) == ["--signal", "B:USR1@90"]
+    # sbatch's --signal is gq's: the words stay as they are.
+    assert translate_slurm(["--signal=B:USR1@90"], warnings) == ["--signal=B:USR1@90"]
     assert translate_slurm(["--signal", "USR2"], warnings) == ["--signal", "USR2"]
     assert not warnings
 

@@ -5,7 +5,11 @@ columns. And JobSpec is frozen: gqd's changes make new specs."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import shlex
+import sys
 import types
 import typing
 from typing import Any
@@ -25,6 +29,7 @@ from gq.spec import FIELDS, NONE, OPTIONS
 from gq.store import Store
 
 OWNER = Caller(uid=1000, user="ann", proven=True)
+ADMIN = Caller(uid=1000, user="ann", proven=True, admin=True)
 T0 = 1_000_000.0
 BOUNDED = [f for f in FIELDS if f.bounds is not None]
 #: A value of every field unlike its default (and valid), for round trips.
@@ -35,8 +40,15 @@ ODD_VALUES: dict[str, Any] = {
     "time_limit_s": 700, "qos": "pro", "output": "o-%j", "error": "e-%j", "requeue": False,
     "retries": 0, "signal": "B:USR1@30", "hold": True, "begin_time": 1234.5,
     "dependency": "afterok:1", "kill_on_invalid_dep": True, "array": "0-3%2",
-    "account": "vis", "share": True,
+    "account": "vis", "share": True, "submit_host": "login1", "gpus_total": 6,
+    "gpus_per_task": 1, "ntasks": 6, "ntasks_per_node": 3, "cpus_per_task": 5,
+    "cpus_per_gpu": None, "mem_per_cpu": None, "mem_per_gpu": None, "exclusive": True,
+    "partition": "big", "constraint": "a100&nvlink", "nodelist": "node[1-2]",
+    "exclude": "node3", "open_mode": "append", "nice": 10, "comment": "odd job",
+    "mail_type": "BEGIN,END", "mail_user": "ann@example.org",
 }
+#: The fields of ODD_VALUES gqd works out itself (gq/tasks.py), which no option sets.
+DERIVED = {"cpus"}
 
 
 @pytest.fixture(scope="module")
@@ -51,19 +63,45 @@ def _head() -> Head:
     return Head(Config(path=""), Store(":memory:"), T0)
 
 
-def _head_submit(head: Head, **fields: Any) -> JobSpec:
+def _head_submit(head: Head, caller: Caller = OWNER, **fields: Any) -> JobSpec:
     raw = {"script": "#!/bin/sh\ntrue\n", "cwd": "/tmp", **fields}
     with head.store.tx():
-        reply = head.handle_client({"type": protocol.SUBMIT, "rid": 1, "jobs": [raw]}, OWNER,
+        reply = head.handle_client({"type": protocol.SUBMIT, "rid": 1, "jobs": [raw]}, caller,
                                    None, T0)
     return head.jobs[reply["ids"][0]].spec
 
 
-def _cli_spec(words: list[str]) -> dict[str, Any]:
-    """The spec `gq submit WORDS --wrap true` sends, read by the fast path's parser."""
+def _cli_spec(words: list[str], script: str = "#!/bin/sh\ntrue\n") -> dict[str, Any]:
+    """The spec `gq submit WORDS --wrap true` sends (with `script`, its directives), read by
+    the fast path's parser."""
     parsed = fast.parse(fast.SUBMIT_OPTIONS, [*words, "--wrap", "true"], interspersed=False)
     assert parsed is not None, words
-    return submission.build_spec("#!/bin/sh\ntrue\n", "wrap", [], parsed[0])
+    fields, _, slurm = submission.gather(script, parsed[0], parsed[1], _directive_words)
+    return submission.build_spec(script, "wrap", [], fields, slurm=slurm)
+
+
+def _directive_words(words: list[str]) -> tuple[dict[str, Any], set[str]]:
+    parsed = fast.parse(fast.SUBMIT_OPTIONS, words, interspersed=False)
+    assert parsed is not None and not parsed[2], words
+    return parsed[0], parsed[1]
+
+
+def _typer_spec(command: Any, words: list[str]) -> dict[str, Any]:
+    """The same, read by typer's command."""
+    from gq.cli.clickcompat import ParameterSource
+    ctx = command.make_context("submit", [*words, "--wrap", "true"])
+    given = {k for k in ctx.params if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+    return submission.build_spec("#!/bin/sh\ntrue\n", "wrap", [],
+                                 submission.layer_fields(ctx.params, given, []))
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Any:
+    old, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        yield sys.stderr
+    finally:
+        sys.stderr = old
 
 
 def _hint_types(hint: Any) -> set[type]:
@@ -84,6 +122,10 @@ def test_jobspec_has_the_declared_fields_in_order_with_their_types_and_defaults(
         expected = set(declared.types)
         if float in expected:
             expected.discard(int)  # `float` admits an int (PEP 484's numeric tower)
+        if declared.filled and declared.default is not None:
+            # None on the wire asks gqd to work it out (nodes, gpus), which it does before it
+            # makes a JobSpec; absent, it is the default: a JobSpec never holds None there.
+            expected.discard(NONE)
         assert _hint_types(hints[f.name]) == expected, f.name
         if declared.required:
             assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
@@ -146,31 +188,35 @@ def test_the_fast_table_and_typers_command_are_the_declared_options(typer_submit
     assert [p.name for p in params] == [o.dest for o in OPTIONS]
     for p, o in zip(params, OPTIONS):
         kind = bool if p.is_flag else {click_types.INT: int, click_types.STRING: str}[p.type]
-        assert (tuple(p.opts), kind, p.default, p.help, p.metavar) == \
-            (o.flags, o.kind, o.default, o.help, o.metavar), o.dest
+        assert (tuple(p.opts), kind, p.default, p.help, p.metavar, p.hidden) == \
+            (o.flags, o.kind, o.default, o.help, o.metavar, o.ignored), o.dest
     assert [p.name for p in typer_submit.params if p.param_type_name == "argument"] == \
         ["script", "args"]
 
 
-def test_every_option_sets_a_declared_field_and_every_field_is_set() -> None:
-    set_by_options = [o.field for o in OPTIONS if o.field is not None]
-    assert len(set_by_options) == len(set(set_by_options))  # one option per field
-    assert set(set_by_options) <= {f.name for f in FIELDS}
-    # The others: the script and its arguments, and who submits (the CLI's process, then gqd).
-    assert {f.name for f in FIELDS} - set(set_by_options) == {"script", "args", "user", "uid",
-                                                                "gid"}
+def test_every_option_sets_declared_fields_and_every_field_is_set() -> None:
+    set_by_options = {name for o in OPTIONS for name in o.fields}
+    assert set_by_options <= {f.name for f in FIELDS}
+    # The others: the script and its arguments, who submits and from where (the CLI's
+    # process, then gqd), and what gqd works out (CPUs per node, from -c or --cpus-per-gpu).
+    assert {f.name for f in FIELDS} - set_by_options == {"script", "args", "user", "uid",
+                                                         "gid", "submit_host", *DERIVED}
+    # sbatch's options gq does not use set nothing; the others that set nothing steer the
+    # command (--wrap, --wait, --test-only, --parsable, --json).
+    assert all(not o.fields for o in OPTIONS if o.ignored)
+    assert {o.dest for o in OPTIONS if not o.fields and not o.ignored} == \
+        {"wrap", *submission.COMMAND_OPTIONS}
 
 
 def test_a_plain_submit_sends_each_fields_default(typer_submit: Any) -> None:
     """With no options, both parsers give the values whose spec holds every field's declared
-    default, but for what `gq submit` takes from its caller (script, directory, environment)."""
+    default, but for what `gq submit` takes from its caller (script, directory, environment),
+    and None for what gqd works out (nodes and GPUs: from tasks, else its default_gpus)."""
     fast_spec = _cli_spec([])
-    ctx = typer_submit.make_context("submit", ["--wrap", "true"])
-    typer_spec = submission.build_spec("#!/bin/sh\ntrue\n", "wrap", [], ctx.params)
-    assert fast_spec == typer_spec
+    assert fast_spec == _typer_spec(typer_submit, [])
     for f in FIELDS:
         if not f.context:
-            assert fast_spec[f.name] == f.default, f.name
+            assert fast_spec[f.name] == (None if f.filled else f.default), f.name
 
 
 def test_options_become_their_fields(typer_submit: Any) -> None:
@@ -178,23 +224,93 @@ def test_options_become_their_fields(typer_submit: Any) -> None:
              "5", "--mem", "6G", "-t", "11:40", "-q", "pro", "-J", "odd", "-o", "o-%j", "-e",
              "e-%j", "-D", "/tmp/odd", "--export", "NONE,A=1", "--no-requeue", "--retries", "0",
              "--signal", "b:usr1@30", "-a", "0-3%2", "-d", "afterok:1", "--kill-on-invalid-dep",
-             "-H", "-A", "vis"]
+             "yes", "-H", "-A", "vis", "-G", "6", "--gpus-per-task", "1", "-n", "6",
+             "--ntasks-per-node", "3", "--exclusive", "-p", "big", "-C", "a100&nvlink", "-w",
+             "node[1-2]", "-x", "node3", "--open-mode", "append", "--nice", "10", "--comment",
+             "odd job", "--mail-type", "begin,end", "--mail-user", "ann@example.org"]
     spec = _cli_spec(words)
-    ctx = typer_submit.make_context("submit", [*words, "--wrap", "true"])
-    assert submission.build_spec("#!/bin/sh\ntrue\n", "wrap", [], ctx.params) == spec
+    assert _typer_spec(typer_submit, words) == spec
     expected = {k: v for k, v in ODD_VALUES.items()
-                if k not in ("script", "args", "user", "uid", "gid", "begin_time")}
+                if k not in ("script", "args", "user", "uid", "gid", "begin_time",
+                             "submit_host", *DERIVED)}
     assert {k: spec[k] for k in expected} == expected
 
 
-def test_sbatch_names_come_from_the_options() -> None:
-    longs = {o.flags[-1] for o in OPTIONS}
-    for o in OPTIONS:
-        for name in o.slurm:
-            assert directives._SLURM_NAMES[name] == o.flags[-1]
-            value = [] if o.kind is bool else ["7"]
-            assert directives.translate_slurm([name, *value], []) == [o.flags[-1], *value]
-    assert set(directives._SLURM_NAMES.values()) - {None} <= longs
+#: A value each option takes (flags take none), and what it sets.
+_SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpus": ("a100:2", {"gpus": 2, "gpu_type": "a100"}),
+    "gpus_total": ("4", {"gpus_total": 4}),
+    "gpus_per_task": ("l40s:1", {"gpus_per_task": 1, "gpu_type": "l40s"}),
+    "gres": ("gpu:v100:4", {"gpus": 4, "gpu_type": "v100"}),
+    "nodes": ("2", {"nodes": 2}), "ntasks": ("8", {"ntasks": 8}),
+    "ntasks_per_node": ("4", {"ntasks_per_node": 4}), "cpus": ("6", {"cpus_per_task": 6}),
+    "cpus_per_gpu": ("9", {"cpus_per_gpu": 9}), "gpu_type": ("H100", {"gpu_type": "h100"}),
+    "gpu_mem": ("40G", {"gpu_mem": 40 << 30}), "mem": ("8G", {"mem": 8 << 30}),
+    "mem_per_cpu": ("1G", {"mem_per_cpu": 1 << 30}),
+    "mem_per_gpu": ("16G", {"mem_per_gpu": 16 << 30}),
+    "partition": ("train", {"partition": "train"}),
+    "constraint": ("C6&M12", {"constraint": "C6&M12"}),
+    "nodelist": ("n[1-2]", {"nodelist": "n[1-2]"}), "exclude": ("n3", {"exclude": "n3"}),
+    "time": ("0-02:00:00", {"time_limit_s": 7200}), "qos": ("high", {"qos": "high"}),
+    "name": ("odd", {"name": "odd"}), "output": ("o-%j", {"output": "o-%j"}),
+    "error": ("e-%j", {"error": "e-%j"}), "open_mode": ("append", {"open_mode": "append"}),
+    "chdir": ("/tmp", {"cwd": "/tmp"}), "export": ("NONE,A=1", {"env": {"A": "1"}}),
+    "retries": ("3", {"retries": 3}), "job_signal": ("USR1@60", {"signal": "USR1@60"}),
+    "array": ("1-4", {"array": "1-4"}), "dependency": ("afterok:1", {"dependency": "afterok:1"}),
+    "kill_on_invalid_dep": ("yes", {"kill_on_invalid_dep": True}),
+    "begin": ("2030-01-01T00:00:00", {}), "account": ("vis", {"account": "vis"}),
+    "comment": ("hi", {"comment": "hi"}), "nice": ("5", {"nice": 5}),
+    "mail_type": ("END,FAIL", {"mail_type": "END,FAIL"}),
+    "mail_user": ("a@b.c", {"mail_user": "a@b.c"}),
+    "requeue": ("", {"requeue": True}), "no_requeue": ("", {"requeue": False}),
+    "share": ("", {"share": True}), "exclusive": ("", {"exclusive": True}),
+    "hold": ("", {"hold": True}),
+}
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.fields or o.ignored],
+                         ids=lambda o: o.dest)
+def test_sbatch_lines_and_the_command_line_take_the_same_options(option: Any) -> None:
+    """Done when 4: every option, by each of its names, means the same on the command line,
+    in an #SBATCH line and in a #GQ line (an sbatch option gq does not use: accepted by all
+    three, with the same warning)."""
+    value, sets = _SAMPLES.get(option.dest, ("x", {}))
+    if option.kind is bool:
+        value = ""
+    extra = ["--gpu-mem", "20G", "-g", "1"] if option.dest == "share" else []  # needs them
+    plain = _cli_spec(extra)
+    for flag in option.flags:
+        forms = [[flag]] if option.kind is bool else [[flag, value], [f"{flag}={value}"]
+                                                      if flag.startswith("--")
+                                                      else [f"{flag}{value}"]]
+        for words in forms:
+            line = " ".join(shlex.quote(w) for w in words)
+            specs = []
+            for script, cli in ((f"#!/bin/sh\n#SBATCH {line}\ntrue\n", extra),
+                                (f"#!/bin/sh\n#GQ {line}\ntrue\n", extra),
+                                ("#!/bin/sh\ntrue\n", [*extra, *words])):
+                warnings: list[str] = []
+                with _captured_stderr() as err:
+                    specs.append(_cli_spec(cli, script))
+                warnings = err.getvalue().splitlines()
+                assert bool(warnings) == option.ignored, (flag, script, warnings)
+            sbatch, gq_line, command_line = specs
+            # (An #SBATCH line makes the script Slurm's: no GPU unless asked, Slurm's output.)
+            slurm_only = ({"gpus", "output"} - set(sets)) | {"script"}
+            assert {k: v for k, v in sbatch.items() if k not in slurm_only} == \
+                {k: v for k, v in gq_line.items() if k not in slurm_only} == \
+                {k: v for k, v in command_line.items() if k not in slurm_only}, (flag, words)
+            assert {k: command_line[k] for k in sets} == sets
+            if not sets and not option.ignored:
+                assert command_line == plain or option.dest == "begin"
+
+
+def test_an_unknown_sbatch_option_is_skipped_with_a_warning() -> None:
+    warnings: list[str] = []
+    assert directives.translate_slurm(["--bogus", "7", "-J", "x", "--frob=1", "--hold"],
+                                      warnings) == ["-J", "x", "--hold"]
+    assert warnings == ["#SBATCH --bogus 7: not an option gq knows, ignored",
+                        "#SBATCH --frob=1: not an option gq knows, ignored"]
 
 
 # ---------------------------------------------------------------- one check, one wording
@@ -217,20 +333,21 @@ def test_the_cli_and_gqd_refuse_an_integer_out_of_bounds_in_the_same_words(optio
     field = spec_fields.BY_NAME[option.field]
     low, high = field.bounds
     head = _head()
+    caller = ADMIN if field.name == "nice" else OWNER  # only an admin may raise a priority
     for ok in (low, high):
         assert _cli_spec([f"{option.flags[-1]}={ok}"])[field.name] == ok
-        assert getattr(_head_submit(head, **{field.name: ok}), field.name) == ok
+        assert getattr(_head_submit(head, caller, **{field.name: ok}), field.name) == ok
     for bad in (low - 1, high + 1):
         with pytest.raises(UsageError) as cli:
             _cli_spec([f"{option.flags[-1]}={bad}"])
         wire_low, wire_high = protocol.RANGES[field.name]
         if wire_low <= bad <= wire_high:
             with pytest.raises(UsageError) as head_said:
-                _head_submit(head, **{field.name: bad})
+                _head_submit(head, caller, **{field.name: bad})
             assert str(head_said.value) == str(cli.value)
         else:  # the wire's range is the bound itself: a raw client hears it from the protocol
             with pytest.raises(ProtocolError, match=repr(field.name)):
-                _head_submit(head, **{field.name: bad})
+                _head_submit(head, caller, **{field.name: bad})
 
 
 @pytest.mark.parametrize("words,raw", [
@@ -276,14 +393,16 @@ def test_the_stores_spec_columns_agree_with_the_fields() -> None:
     # its `hold` column is the job's (who holds it), not the spec's --hold.
     spec_columns = [f for f in FIELDS if f.name in columns and f.name != "hold"]
     assert [f.name for f in spec_columns] == ["name", "user", "uid", "nodes", "gpus",
-                                              "gpu_type", "time_limit_s", "qos"]
+                                              "gpu_type", "time_limit_s", "qos", "partition"]
     assert {f.name for f in dataclasses.fields(Job)} & {f.name for f in FIELDS} == {"hold"}
     for f in spec_columns:
         kind, notnull = columns[f.name]
         (python_type,) = set(f.types) - {NONE}
         assert kind == _SQL_TYPES[python_type], f.name
-        # NOT NULL only where no accepted spec holds None (gqd fills `filled` ones in).
-        assert notnull == (NONE not in f.types or (f.filled and f.name == "qos")), f.name
+        # NOT NULL only where no accepted spec holds None (gqd fills `filled` ones in); a
+        # job stored before partitions has none (its cluster's default one).
+        assert notnull == (NONE not in f.types or (f.filled and f.name in ("qos", "nodes",
+                                                                           "gpus"))), f.name
     # A spec with every field unlike its default comes back whole, and its columns hold it.
     job = Job(id=0, spec=JobSpec(**ODD_VALUES), submit_time=T0)
     with store.tx():

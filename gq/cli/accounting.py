@@ -36,14 +36,20 @@ def history(
     state: Optional[str] = typer.Option(None, "-s", "--state", help="only these states (comma list)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
     parsable: bool = typer.Option(False, "-p", "--parsable", help="'|' between fields, a header line first"),
+    job_ids: Optional[str] = typer.Option(None, "-j", "--jobs", help="only these jobs (comma list; default window: since ever)"),
 ) -> int:
     """Jobs from the head's store, ended or not (like sacct)."""
     now = time.time()
-    start = parse_time(since, now) if since else parse_time("today", now)
+    refs = query.job_refs(job_ids)
+    start = parse_time(since, now) if since else 0.0 if refs else parse_time("today", now)
     end = parse_time(until, now) if until else now
     with query.client() as client:
         who = None if all_users else (user or client._user)
-        jobs = client.history(start, end, user=who, states=query.states(state))
+        jobs = client.history(start, end, user=who, states=query.states(state),
+                              ids=sorted({int(str(r).split("_")[0]) for r in refs}) or None)
+    if refs:
+        jobs = [j for j in jobs if j["id"] in refs or j.get("array_job_id") in refs
+                or j.get("job_id") in refs]
     if as_json:
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "since": iso_time(start),
                           "until": iso_time(end), "jobs": jobs})

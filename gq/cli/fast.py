@@ -38,6 +38,8 @@ QUEUE_OPTIONS: tuple[tuple[tuple[str, ...], str, type, Any], ...] = (
     (("--json",), "as_json", bool, False),
     (("-p", "--parsable"), "parsable", bool, False),
     (("--start",), "start", bool, False),
+    (("-j", "--jobs"), "jobs", str, None),
+    (("-o", "--format"), "fmt", str, None),
 )
 
 Options = tuple[tuple[tuple[str, ...], str, type, Any], ...]

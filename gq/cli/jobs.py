@@ -40,9 +40,11 @@ def queue(
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
     parsable: bool = typer.Option(False, "-p", "--parsable", help="'|' between fields, a header line first"),
     start: bool = typer.Option(False, "--start", help="pending jobs with their expected start time and nodes"),
+    jobs: Optional[str] = typer.Option(None, "-j", "--jobs", help="only these jobs (comma list; an array's id: its tasks)"),
+    fmt: Optional[str] = typer.Option(None, "-o", "--format", help="squeue's -o format, e.g. '%i %T %R'"),
 ) -> int:
     """List pending and running jobs (like squeue)."""
-    return query.queue(me, user, state, all_jobs, as_json, parsable, start)
+    return query.queue(me, user, state, all_jobs, as_json, parsable, start, jobs, fmt)
 
 
 def show(job: str = typer.Argument(..., help="job id"),
@@ -54,18 +56,30 @@ def show(job: str = typer.Argument(..., help="job id"),
     return query.show(job, as_json, parsable)
 
 
-def cancel(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its tasks; 123_7: one)"),
+def cancel(jobs: Optional[list[str]] = typer.Argument(None, help="job ids (an array's id: all its tasks; 123_7: one)"),
            signal: Optional[str] = typer.Option(None, "-s", "--signal", help="only send this signal (USR1, TERM, 10 ...) to the running jobs; they go on"),
            batch: bool = typer.Option(False, "-b", "--batch", help="with --signal: to the job's script only, not its whole process group"),
+           user: Optional[str] = typer.Option(None, "-u", "--user", help="the live jobs of this user"),
+           state: Optional[str] = typer.Option(None, "-t", "--state", help="... in these states (comma list, PD, R)"),
+           name: Optional[str] = typer.Option(None, "-n", "--name", help="... of this name"),
+           partition: Optional[str] = typer.Option(None, "-p", "--partition", help="... in this partition"),
            ) -> int:
-    """Cancel jobs (like scancel): pending ones never start, running ones get SIGTERM then SIGKILL."""
+    """Cancel jobs (like scancel): pending ones never start, running ones get SIGTERM then SIGKILL.
+    With -u, -t, -n or -p: the live jobs matching all of them (yours only unless -u names a
+    user), among the ids given if any."""
+    flt = {k: v for k, v in (("user", user), ("name", name), ("partition", partition),
+                             ("states", query.states(state))) if v}
+    if not jobs and not flt:
+        raise UsageError("nothing to cancel: give job ids, or -u, -t, -n or -p")
     if signal is None:
         if batch:
             raise UsageError("--batch needs --signal: it says which process gets the signal")
-        return _act(jobs, "cancel", "cancelled", lambda c, ids: c.cancel(ids))
+        return _act(jobs or [], "cancel", "cancelled",
+                    lambda c, ids: c.cancel(ids, filter=flt or None), bool(flt))
     sig = parse_signal(signal)  # a bad name is a usage error here, before any request
-    return _act(jobs, "signal", "signalled",
-                lambda c, ids: c.cancel(ids, signal=sig.name, batch_only=batch or sig.batch_only))
+    return _act(jobs or [], "signal", "signalled",
+                lambda c, ids: c.cancel(ids, signal=sig.name, batch_only=batch or sig.batch_only,
+                                        filter=flt or None), bool(flt))
 
 
 def update(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: all its pending tasks)"),
@@ -97,15 +111,19 @@ def requeue(jobs: list[str] = typer.Argument(..., help="job ids (an array's id: 
     return _act(jobs, "requeue", "requeued", lambda c, ids: c.requeue(ids))
 
 
-def _act(jobs: list[str], verb: str, past: str, call: Any) -> int:
-    """Send one request for all the jobs; name each refused one and its reason on stderr."""
+def _act(jobs: list[str], verb: str, past: str, call: Any, filtered: bool = False) -> int:
+    """Send one request for all the jobs; name each refused one and its reason on stderr.
+    `filtered`: the request names jobs by filters too, and says how many it matched."""
     ids = [parse_ref(j) for j in jobs]
     with query.client() as client:
         result = call(client, ids)
     for job_id, why in result["errors"].items():
         render.message(f"cannot {verb} job {job_id}: {why}")
+    tried = len(result.get("cancelled", [])) + len(result["errors"]) if filtered else len(ids)
     if result["errors"]:
-        raise RefusedError(f"{len(result['errors'])} of {len(ids)} job(s) not {past}")
+        raise RefusedError(f"{len(result['errors'])} of {tried} job(s) not {past}")
+    if filtered:
+        render.message(f"{past} {tried} job(s)" if tried else "no live job matches")
     return 0
 
 

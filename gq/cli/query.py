@@ -39,23 +39,38 @@ def states(text: str | None) -> list[str] | None:
 
 
 def queue(me: bool, user: str | None, state: str | None, all_jobs: bool, as_json: bool,
-          parsable: bool, start: bool) -> int:
-    """List pending and running jobs (like squeue)."""
+          parsable: bool, start: bool, jobs: str | None = None, fmt: str | None = None) -> int:
+    """List pending and running jobs (like squeue); `jobs`: only these (comma-separated ids,
+    an array's for all its tasks); `fmt`: squeue's -o format instead of the table."""
     wanted = states(state)
     if start:
         if wanted and "PENDING" not in wanted:
             raise UsageError("--start lists pending jobs only: leave out --state or include PD")
         wanted = ["PENDING"]
-    fields = None if as_json else render.START_FIELDS if start else render.QUEUE_FIELDS
+    refs = job_refs(jobs)
+    fields = None if as_json or fmt else render.START_FIELDS if start else render.QUEUE_FIELDS
     with gcpause.paused():  # records and rows by the thousand: see gq.gcpause
         with client() as c:
             who = c._user if me else user
-            jobs = c.queue(user=who, states=wanted, all=all_jobs, start=start, fields=fields)
+            found = c.queue(user=who, states=wanted, all=all_jobs or bool(refs),
+                            start=start or bool(fmt), fields=fields)
+        if refs:
+            found = [j for j in found if j["id"] in refs or j.get("array_job_id") in refs
+                     or j.get("job_id") in refs]
         if as_json:
-            render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": jobs})
+            render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "jobs": found})
+        elif fmt:
+            from gq.slurm import squeue
+            squeue.print_format(fmt, found, header=True, prog="gq queue")
         else:
-            render.listing(*(render.start_rows if start else render.queue_rows)(jobs), parsable)
+            render.listing(*(render.start_rows if start else render.queue_rows)(found), parsable)
     return 0
+
+
+def job_refs(text: str | None) -> list[int | str]:
+    """`-j`'s comma-separated job ids (`12`, `12_3`)."""
+    from gq.arrays import parse_ref
+    return [parse_ref(item) for item in (text or "").split(",") if item.strip()]
 
 
 def show(job: str, as_json: bool, parsable: bool) -> int:

@@ -154,9 +154,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 def parsable(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """`--parsable` (sacct's `-p`): a header line, then a line per row, fields between '|'."""
+    """`--parsable` (sacct's `-p`): a header line, then a line per row, fields between '|'.
+    A value's own '|' or line break would split its line: they are written as '/' and a space
+    (`one_line`; --json keeps them)."""
     for row in [list(headers), *rows]:
-        print("|".join("" if c is None else str(c) for c in row))
+        cells = ["" if c is None else str(c) for c in row]
+        line = "|".join(cells)
+        if line.count("|") != len(cells) - 1 or "\n" in line or "\r" in line:
+            line = "|".join(map(one_line, cells))  # (rare: checked on the whole line first)
+        print(line)
+
+
+def one_line(text: str) -> str:
+    """A value for a '|'-separated line: its '|' as '/', its line breaks as spaces."""
+    return text.replace("|", "/").replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
 
 
 def listing(headers: Sequence[str], rows: Sequence[Sequence[Any]], as_parsable: bool) -> None:

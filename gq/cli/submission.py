@@ -1,7 +1,9 @@
-"""`gq submit` from its option values: the script, its directives, the job spec, the request.
+"""`gq submit` (and `sbatch`) from its option values: the script, its directives, the job
+spec, the request.
 
-Free of typer, so that the fast path (gq/cli/fast.py) runs the very same code as the typer
-command (gq/cli/submit.py); each passes its own parser for the words of directive lines.
+Free of typer, so that the fast path (gq/cli/fast.py) and `sbatch` (gq/slurm/sbatch.py) run the
+very same code as the typer command (gq/cli/submit.py); each passes its own parser for the
+words of directive lines.
 """
 
 from __future__ import annotations
@@ -11,14 +13,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from gq import defaults
 from gq import spec as spec_fields
 from gq.cli.directives import directive_lines, translate_slurm
 from gq.errors import UsageError
 
-#: The options that set a spec field: directives may supply their values, and the command
-#: line wins over both kinds of line.
-SPEC_OPTIONS = tuple((o.field, o) for o in spec_fields.OPTIONS if o.field is not None)
-MERGEABLE = tuple(o.dest for _, o in SPEC_OPTIONS)
+#: The options that steer the command rather than set a field; directives may give them too
+#: (but --wrap: a script has its own body).
+COMMAND_OPTIONS = ("wait", "test_only", "parsable", "as_json")
 
 #: Option values and the names of those given on their line, from a command line's words.
 Parsed = tuple[dict[str, Any], set[str]]
@@ -29,28 +31,36 @@ class Unparsed(Exception):
 
 
 def run(text: str, default_name: str, params: dict[str, Any], given: set[str],
-        parse_words: Callable[[list[str]], Parsed]) -> int:
+        parse_words: Callable[[list[str]], Parsed], *, slurm: bool = False) -> int:
     """Submit `text` (read by `script_text`) with the command line's option values `params`
-    (`given`: those on the command line) and its directives (read by `parse_words`)."""
-    values = merge_directives(text, params, given, parse_words)
-    spec = build_spec(text, default_name, list(params["args"] or []), values)
+    (`given`: those on the command line) and its directives (read by `parse_words`).
+    `slurm`: as `sbatch` (Slurm's defaults, output and errors)."""
+    fields, steer, is_slurm = gather(text, params, given, parse_words, slurm)
+    spec = build_spec(text, default_name, list(params["args"] or []), fields,
+                      slurm=slurm or is_slurm)
     from gq.client import Client
     with Client() as client:
-        job_id = client.submit([spec])[0]
-        if params["parsable"]:
+        if steer["test_only"]:
+            from gq.cli.testonly import report
+            return report(client, spec, slurm)
+        reply = client.submit_reply([spec])
+        job_id = reply["ids"][0]
+        for warning in reply.get("warnings") or ():
+            _warn([warning], slurm)
+        if steer["parsable"]:
             print(job_id)
-        elif params["as_json"]:
+        elif steer["as_json"]:
             from gq.cli import render
             render.emit_json({"id": job_id})
         else:
             print(f"Submitted batch job {job_id}")
         sys.stdout.flush()
-        if params["wait"]:
+        if steer["wait"]:
             return exit_code_of(client.wait([job_id])[0])
     return 0
 
 
-def script_text(script: str | None, wrap: str | None) -> tuple[str, str]:
+def script_text(script: str | None, wrap: str | None, prog: str = "gq submit") -> tuple[str, str]:
     """The batch script's text and the job name it implies."""
     if wrap is not None:
         if script:
@@ -59,7 +69,7 @@ def script_text(script: str | None, wrap: str | None) -> tuple[str, str]:
     if script is None or script == "-":
         if script is None and sys.stdin.isatty():
             raise UsageError("nothing to run: give a SCRIPT, '-' for stdin, or --wrap 'COMMAND'")
-        return sys.stdin.read(), "stdin"
+        return sys.stdin.read(), "stdin" if prog == "gq submit" else "sbatch"
     try:
         with open(script) as f:
             text = f.read()
@@ -71,10 +81,12 @@ def script_text(script: str | None, wrap: str | None) -> tuple[str, str]:
     return text, os.path.basename(script)
 
 
-def merge_directives(text: str, params: dict[str, Any], given: set[str],
-                     parse_words: Callable[[list[str]], Parsed]) -> dict[str, Any]:
-    """Option values from `#SBATCH`, then `#GQ` lines, then the command line (last wins)."""
-    values = {k: params[k] for k in MERGEABLE}
+def gather(text: str, params: dict[str, Any], given: set[str],
+           parse_words: Callable[[list[str]], Parsed], slurm: bool = False
+           ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """The spec fields the options set, from `#SBATCH`, then `#GQ` lines, then the command line
+    (each later one wins, field by field); the values of the options that steer the command;
+    and whether the script has `#SBATCH` lines (a Slurm script)."""
     gq_words, slurm_words = directive_lines(text)
     warnings: list[str] = []
     layers = [translate_slurm(slurm_words, warnings), gq_words]
@@ -83,32 +95,69 @@ def merge_directives(text: str, params: dict[str, Any], given: set[str],
     except Unparsed:
         raise  # nothing printed: typer reads the command line again
     except Exception:
-        _warn(warnings)  # before the error, as they come first in the script
+        _warn(warnings, slurm)  # before the error, as they come first in the script
         raise
-    _warn(warnings)
-    for sub, sub_given in parsed:
-        for key in MERGEABLE:
-            if key in sub_given and key not in given:
-                values[key] = sub[key]
-    return values
+    parsed.append((params, given))
+    fields: dict[str, Any] = {}
+    steer = {k: params[k] for k in COMMAND_OPTIONS}
+    for values, names in parsed:
+        fields.update(layer_fields(values, names, warnings))
+        steer.update({k: values[k] for k in COMMAND_OPTIONS if k in names})
+        if "wrap" in names and values is not params:
+            raise UsageError("--wrap in a directive line: a script runs its own body")
+    _warn(warnings, slurm)
+    return fields, steer, bool(slurm_words)
 
 
-def _warn(warnings: list[str]) -> None:
-    if warnings:
-        from gq.cli import render  # not before: a plain submit prints no table
-        for warning in warnings:
-            render.message(warning)
+def layer_fields(values: dict[str, Any], given: set[str], warnings: list[str]
+                 ) -> dict[str, Any]:
+    """The fields set by the options given on one line (the command line, or a script's
+    directives); two of them setting one field differently is an error, an sbatch option gq
+    does not use a warning."""
+    fields: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for o in spec_fields.OPTIONS:
+        if o.dest not in given:
+            continue
+        if o.ignored:
+            warnings.append(f"{o.flags[-1]}: sbatch's, not used by gq, ignored")
+            continue
+        for name, value in o.sets(values[o.dest]).items():
+            if name in fields and fields[name] != value:
+                raise UsageError(f"{source[name]} and {o.flags[-1]} contradict each other")
+            fields[name], source[name] = value, o.flags[-1]
+    return fields
 
 
-def build_spec(text: str, default_name: str, args: list[str], v: dict[str, Any]
-               ) -> dict[str, Any]:
-    """A job spec (gq.model.JobSpec's wire form) from option values, made and checked as
-    gq/spec.py declares, before anything is sent: gqd checks it again with the same words.
-    Built without the dataclass, whose module would cost every `gq submit` more than the rest
-    of its spec."""
-    values = {name: o.convert(v[o.dest]) if o.convert else v[o.dest] for name, o in SPEC_OPTIONS}
-    values.update(script=text, args=args, uid=os.getuid(), gid=os.getgid())
-    values["name"] = values["name"] or default_name
+def _warn(warnings: list[str], slurm: bool = False) -> None:
+    for warning in warnings:
+        print(f"{'sbatch' if slurm else 'gq'}: warning: {warning}", file=sys.stderr)
+    warnings.clear()
+
+
+def build_spec(text: str, default_name: str, args: list[str], fields: dict[str, Any],
+               slurm: bool = False) -> dict[str, Any]:
+    """A job spec (gq.model.JobSpec's wire form) from the fields the options set, made and
+    checked as gq/spec.py declares, before anything is sent: gqd checks it again with the
+    same words. `slurm`: a Slurm script or an `sbatch` call, which holds no GPU unless it asks
+    for one and writes Slurm's output files. Built without the dataclass, whose module would
+    cost every `gq submit` more than the rest of its spec."""
+    values = dict(fields)
+    if "cwd" not in values:
+        values["cwd"] = os.getcwd()
+    if "env" not in values:
+        values["env"] = dict(os.environ)
+    if "gpus" not in values:
+        # None: gqd works it out, from the GPUs per task or for the job if given, else
+        # [scheduler] default_gpus; a Slurm script that asks for none in any form holds none.
+        values["gpus"] = 0 if slurm and not spec_fields.GPU_FIELDS & values.keys() else None
+    values.setdefault("nodes", None)  # None: as many as the tasks need (gqd decides)
+    if slurm and "output" not in values:
+        values["output"] = defaults.SLURM_ARRAY_OUTPUT if values.get("array") \
+            else defaults.SLURM_OUTPUT
+    values.update(script=text, args=args, uid=os.getuid(), gid=os.getgid(),
+                  submit_host=os.uname().nodename)
+    values["name"] = values.get("name") or default_name
     return spec_fields.check(spec_fields.complete(values))
 
 

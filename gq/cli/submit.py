@@ -43,7 +43,7 @@ def _signature() -> inspect.Signature:
     for o in spec_fields.OPTIONS:
         kind = o.kind if o.default is not None or o.kind is bool else Optional[o.kind]
         params.append(param(o.dest, kind, typer.Option(o.default, *o.flags, help=o.help,
-                                                       metavar=o.metavar)))
+                                                       metavar=o.metavar, hidden=o.ignored)))
     return inspect.Signature(params)
 
 

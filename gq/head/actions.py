@@ -12,6 +12,7 @@ from gq import defaults
 from gq.arrays import parse_ref
 from gq.config import Config
 from gq.errors import PermissionDenied, ProtocolError, RefusedError, UsageError
+from gq.head import select
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order, kills
@@ -27,6 +28,10 @@ class Actions:
         self.send = send
 
     def req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        if msg.get("filter") is not None:  # scancel -u/-t/-n/-p: the live jobs it names
+            msg = {**msg, "ids": select.matching(self.table.jobs.values(),
+                                                 select.check(msg["filter"]), caller,
+                                                 msg["ids"] or None)}
         if msg.get("signal"):
             sig = parse_signal(msg["signal"])  # a bad name is the caller's usage error
             batch = bool(msg.get("batch_only")) or sig.batch_only  # -b, or B:USR1

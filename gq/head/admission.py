@@ -3,6 +3,7 @@ bound to its caller, and refused with the reason when no node could ever run it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +15,9 @@ from gq.errors import PermissionDenied, RefusedError
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.nodes import NodeRegistry
-from gq.head.views import pending_view
-from gq.model import Job, JobSpec, format_duration, format_size
-from gq.sched import NodeView, placement
+from gq.head.partitions import Partitions
+from gq.model import JobSpec, format_duration
+from gq.sched import NodeView
 
 @dataclass
 class Intake:
@@ -26,15 +27,20 @@ class Intake:
     views: tuple[NodeView, ...]
     #: The caller's primary group; None when the passwd database does not know the caller.
     gid: int | None
-    #: Shapes (nodes, GPUs, GPU type, VRAM) some node could hold: checked once each.
+    #: Shapes (nodes, GPUs, GPU type, VRAM, ...) some node could hold: checked once each.
     fits: set[tuple[Any, ...]] = field(default_factory=set)
+    #: What gqd accepted but does otherwise than asked, for the reply (one line each).
+    warnings: list[str] = field(default_factory=list)
 
 
 class Admission:
-    def __init__(self, cfg: Config, table: JobTable, registry: NodeRegistry):
+    def __init__(self, cfg: Config, table: JobTable, registry: NodeRegistry,
+                 partitions: Callable[[], Partitions]):
         self.cfg = cfg
         self.table = table
         self.registry = registry
+        #: The head's partitions (made anew with each configuration).
+        self.partitions = partitions
 
     def intake(self, caller: Caller) -> Intake:
         return Intake(views=self.table.node_views(self.registry.nodes.values()),
@@ -50,6 +56,8 @@ class Admission:
         values["uid"], values["user"] = caller.uid, caller.user
         if (caller.proven or values["gid"] < 0) and intake.gid is not None:
             values["gid"] = intake.gid
+        partitions = self.partitions()
+        partitions.fill(values, caller, intake.warnings)
         values["qos"] = values["qos"] or defaults.DEFAULT_QOS
         qos = self.cfg.qos.get(values["qos"])
         if qos is None:
@@ -59,7 +67,9 @@ class Admission:
             values["time_limit_s"] = qos.default_time_s
         if values["retries"] is None:
             values["retries"] = self.cfg.head.default_retries if values["requeue"] else 0
-        spec = JobSpec.from_dict(spec_fields.check(values))
+        spec = JobSpec.from_dict(partitions.resolve(
+            spec_fields.check(values), self.registry.nodes, self.cfg.scheduler.default_gpus,
+            intake.warnings))
         limit = spec.time_limit_s or 0
         if qos.max_time_s and not 0 < limit <= qos.max_time_s:
             # 0 is UNLIMITED, which a capped QOS cannot grant either.
@@ -78,21 +88,14 @@ class Admission:
         nodes = self.registry.nodes
         if not nodes:
             return  # nothing registered yet (a fresh head): the job waits for nodes instead
-        shape = (spec.nodes, spec.gpus, spec.gpu_type, spec.gpu_mem)
+        shape = (spec.nodes, spec.gpus, spec.gpu_type, spec.gpu_mem, spec.cpus, spec.mem,
+                 spec.partition, spec.nodelist, spec.exclude, spec.constraint)
         if shape in intake.fits:
             return
-        view = pending_view(Job(id=0, spec=spec))
-        hosts = [n for n in intake.views if placement.could_ever_fit(n.gpus, view)]
-        if len(hosts) >= spec.nodes:
-            intake.fits.add(shape)
-            return
-        want = f"{spec.gpus} GPU(s)" + (f" of type {spec.gpu_type}" if spec.gpu_type else "") \
-            + (f" with at least {format_size(spec.gpu_mem)} each" if spec.gpu_mem else "")
-        have = sorted({f"{len(n.gpus)}x{'/'.join(sorted({g.type for g in n.gpus}) or ['none'])}"
-                       for n in nodes.values()})
-        raise RefusedError(f"no node can ever run this job: it asks for {want} on each of "
-                           f"{spec.nodes} node(s); {len(hosts)} node(s) could "
-                           f"(nodes have: {', '.join(have)})")
+        reason = self.partitions().never_fits(spec, nodes.values())
+        if reason:
+            raise RefusedError(reason)
+        intake.fits.add(shape)
 
 
 def _primary_gid(uid: int) -> int | None:

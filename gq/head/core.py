@@ -18,7 +18,7 @@ from typing import Any
 from gq import defaults, gcpause, protocol
 from gq.config import Config
 from gq.errors import GqError, PermissionDenied
-from gq.head import gate, limits, reasons
+from gq.head import gate, limits, reasons, testonly
 from gq.head.actions import Actions
 from gq.head.admission import Admission
 from gq.head.auth import Caller
@@ -27,9 +27,10 @@ from gq.head.jobs import JobTable
 from gq.head.listings import Listings
 from gq.head.nodes import NodeRegistry
 from gq.head.orders import Order
+from gq.head.partitions import Partitions
 from gq.head.submits import Submits
 from gq.model import Job, Node
-from gq.sched import Snapshot, plan
+from gq.sched import PendingJob, Snapshot, plan
 from gq.sched.priority import priority_of
 from gq.sched.queue import QueueIndex
 from gq.store import Store
@@ -61,12 +62,16 @@ class Head:
         self.table = JobTable(store, cfg, addr_of=lambda name: self.registry.addr(name),
                               steady=steady)
         self.registry = NodeRegistry(store, self.table, cfg)
-        self.admission = Admission(cfg, self.table, self.registry)
+        #: The partitions, and where each job may run (its allowed nodes).
+        self.partitions = Partitions(cfg)
+        self.admission = Admission(cfg, self.table, self.registry, lambda: self.partitions)
         self.actions = Actions(cfg, self.table, self.outbox.extend)
         self.listings = Listings(self.table, store, cfg.policy())
         self.submits = Submits(self.table, store, cfg)
         #: The earliest `--begin` still ahead: a pass is due then.
         self.wake_at: float | None = None
+        #: The views of the jobs the last pass could start (sbatch --test-only's queue).
+        self.last_pending: tuple[PendingJob, ...] = ()
         self.configure(cfg)
         self.table.load(now)
         self.registry.load()
@@ -77,13 +82,19 @@ class Head:
             protocol.REQUEUE: self.actions.req_requeue, protocol.QUEUE: self.listings.req_queue,
             protocol.SHOW: self.listings.req_show, protocol.HISTORY: self.listings.req_history,
             protocol.ACCOUNTING: self.listings.req_accounting,
-            protocol.WAIT: self.listings.req_wait, protocol.NODES: self.registry.req_nodes,
-            protocol.DRAIN: self.registry.req_drain, protocol.RESUME: self.registry.req_resume}
+            protocol.WAIT: self.listings.req_wait, protocol.NODES: self._req_nodes,
+            protocol.DRAIN: self.registry.req_drain, protocol.RESUME: self.registry.req_resume,
+            protocol.TEST_SUBMIT: self._req_test_submit}
 
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
         self.cfg = cfg
         self.policy = cfg.policy()
+        self.partitions = Partitions(cfg)
+        self.table.views.allowed = lambda spec: self.partitions.allowed(spec, self.registry.nodes)
+        self.table.views.reset()
+        self.registry.reshaped = self._reshaped
+        self.table.mailer.configure(cfg.head.mail_program)
         #: The jobs of the last pass, kept in the orders a pass takes them (under the policy).
         self.queue_index = QueueIndex(self.policy)
         for part in (self.table, self.registry, self.admission, self.actions, self.submits):
@@ -178,7 +189,27 @@ class Head:
         intake = self.admission.intake(caller)
         return self.submits.submit(
             msg["rid"], client, msg["jobs"],
-            lambda raw: self.admission.accept_spec(protocol.check_spec(raw), caller, intake), now)
+            lambda raw: self.admission.accept_spec(protocol.check_spec(raw), caller, intake), now,
+            intake.warnings)
+
+    def _req_nodes(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        return {**self.registry.req_nodes(msg, caller, client, now),
+                "partitions": self.partitions.describe(self.registry.nodes)}
+
+    def _reshaped(self) -> None:
+        """A node came or its features changed: jobs' allowed nodes are worked out again."""
+        self.partitions.changed()
+        self.table.views.reset()
+
+    def _req_test_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                         ) -> dict:
+        """sbatch --test-only: the job checked as a submit's, then when and where it would
+        start (gq/head/testonly.py); nothing is kept."""
+        intake = self.admission.intake(caller)
+        spec = self.admission.accept_spec(protocol.check_spec(msg["job"]), caller, intake)
+        return {**testonly.estimate(self.table, self.registry.nodes.values(), self.last_pending,
+                                    self.policy, spec, now),
+                "warnings": list(dict.fromkeys(intake.warnings))}
 
     # ------------------------------------------------------------ nodes and timers
 
@@ -218,6 +249,7 @@ class Head:
             self.outbox.extend(table.cancel(job, now))
             table.set_reason(job, gate.NEVER)
         pending = table.views.of_pending(eligible)
+        self.last_pending = pending
         if not pending:
             table.planned({})
             return

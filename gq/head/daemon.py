@@ -365,6 +365,7 @@ class HeadServer:
         self.head.deferred.clear()
         for order in self.head.take_orders():
             self._send_node(order.node, order.encode())
+        self.head.table.mailer.send()
 
     def _client(self, req: ClientRequest, now: float) -> tuple[ClientRequest, bytes, bool] | None:
         """(request, reply, accepted) — or None when the reply is deferred."""

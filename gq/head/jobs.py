@@ -39,9 +39,11 @@ from gq.head import gate, limits, reasons
 from gq.head.index import JobIndex
 from gq.head.journal import Journal
 from gq.head.launches import Launch, Launches
+from gq.head.mail import Mailer
 from gq.head.orders import LaunchOrder, Order, kills
 from gq.head.usage import Usage
 from gq.head.views import Views
+from gq.hostlist import natural_key
 from gq.model import Job, JobSpec, JobState, Node, parse_signal
 from gq.sched import NodeView, PendingJob, Policy, Reservation, RunningJob
 from gq.sched.priority import priority_of
@@ -64,6 +66,8 @@ class JobTable:
         #: Something a pass reads changed since the last pass began.
         self.dirty = True
         self.views = Views()
+        #: Mails of the turn's changes (--mail-type), sent by the daemon after the commit.
+        self.mailer = Mailer(cfg.head.mail_program)
         self._reordered = False
 
     def load(self, now: float) -> None:
@@ -230,7 +234,10 @@ class JobTable:
         self._keep(job)
         job.priority = priority
         job.state, job.reason, job.start_time = JobState.RUNNING, "", now
-        job.alloc = {n: list(g) for n, g in alloc.items()}
+        self._mail(self.mailer.began, job, now)
+        # Ranks in name order, as Slurm's: rank 0 is the first of SLURM_JOB_NODELIST.
+        job.alloc = {n: list(g) for n, g in sorted(alloc.items(),
+                                                  key=lambda item: natural_key(item[0]))}
         job.holds_alloc = True
         self._save(job, "state", "reason", "start_time", "alloc", "holds_alloc")
         self.launches.put(job.id, Launch(sent_at=self.steady(now), holding=set(job.alloc)))
@@ -261,6 +268,7 @@ class JobTable:
         if job.state == JobState.RUNNING:
             self._charge(job, now)
             self.store.insert_run(job, now, state.value)
+        self._mail(self.mailer.ended, job, state, now, exit_code)
         job.state, job.end_time, job.exit_code, job.reason = state, now, exit_code, ""
         if job.id not in self.launches:
             job.holds_alloc = False
@@ -303,6 +311,7 @@ class JobTable:
         self._charge(job, now)
         self.store.insert_run(job, now, "REQUEUED" if job.reason == reasons.REQUEUED
                               else "PREEMPTED")
+        self._mail(self.mailer.requeued, job, now)
         self._keep(job)
         job.state, job.reason, job.alloc, job.start_time = JobState.PENDING, "", {}, None
         job.holds_alloc = False
@@ -323,6 +332,7 @@ class JobTable:
             self.cfg.head.default_retries  # a job stored before --retries existed
         if job.spec.requeue and job.node_fail_count < retries:
             self.store.insert_run(job, now, JobState.NODE_FAIL.value)
+            self._mail(self.mailer.requeued, job, now)
             job.state, job.reason, job.alloc = JobState.PENDING, reasons.NODE_FAIL, {}
             job.restart_count += 1
             job.node_fail_count += 1
@@ -455,6 +465,14 @@ class JobTable:
 
     # ------------------------------------------------------------ the parts of a transition
 
+    def _mail(self, queue: Callable[..., None], *args: Any) -> None:
+        """Queue a job's mail (sent after the commit); a rolled-back change takes it back."""
+        queued = self.mailer.queued
+        had = len(queued)
+        queue(*args)
+        if len(queued) > had:
+            self.journal.record(lambda: queued.__delitem__(slice(had, None)))
+
     def _keep(self, job: Job) -> None:
         """Journal all of `job`'s fields as they are now, before a transition changes any."""
         was, seen = job.__dict__.copy(), self.index.seen(job.id)
@@ -542,7 +560,8 @@ class JobTable:
             node=node, job_id=job.id, restart=job.restart_count, spec=spec, gpus=gpus,
             rank=rank, nodelist=nodelist, time_limit_s=job.spec.time_limit_s or 0,
             stdout=job.output_path("output"), stderr=job.output_path("error"), job=record,
-            grace_s=head.kill_grace_s, checkpoint_dir=checkpoint_dir, master_addr=master_addr)
+            grace_s=head.kill_grace_s, checkpoint_dir=checkpoint_dir, master_addr=master_addr,
+            cluster=head.cluster_name)
             for rank, (node, gpus) in enumerate(job.alloc.items())
             if only is None or node in only]
 

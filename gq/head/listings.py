@@ -106,7 +106,8 @@ class Listings:
         limit = msg.get("limit")
         jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"),
                                   after=msg.get("after", 0),
-                                  limit=HISTORY_MAX if limit is None else limit + 1)
+                                  limit=HISTORY_MAX if limit is None else limit + 1,
+                                  ids=msg.get("ids"), partition=msg.get("partition"))
         record, stats = job_record(), self._run_stats(jobs)
         return _paged(jobs, lambda j: {**record(j), **stats(j)}, limit)
 

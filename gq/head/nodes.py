@@ -13,6 +13,7 @@ marks no node DOWN (issue 13); `last_seen` (wall time) is only shown.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from gq import protocol
@@ -44,6 +45,8 @@ class NodeRegistry:
         self.registered: set[str] = set()
         #: Node name -> when it was last heard from, on the steady clock: its liveness.
         self.heard: dict[str, float] = {}
+        #: Called when a node comes or its features change (where jobs may run changed).
+        self.reshaped: Callable[[], None] = lambda: None
 
     def load(self) -> None:
         """The nodes the store knows, at gqd's start."""
@@ -96,7 +99,10 @@ class NodeRegistry:
                 for g in msg["gpus"] if isinstance(g, dict)]
         old = self.nodes.get(name)
         node = Node(name=name, gpus=gpus, cpus=msg["cpus"], mem=msg["mem"], state=NodeState.UP,
-                    last_seen=now, addr=msg.get("addr") or name)
+                    last_seen=now, addr=msg.get("addr") or name,
+                    features=[str(f) for f in msg.get("features") or []])
+        if old is None or old.features != node.features:
+            self.reshaped()
         if old and (old.drain_reason or old.state == NodeState.DRAIN):
             drain = old.drain_reason or old.reason
             node.state, node.reason, node.drain_reason = NodeState.DRAIN, drain, drain

@@ -31,6 +31,8 @@ class LaunchOrder:
     grace_s: float
     checkpoint_dir: str
     master_addr: str
+    #: The cluster's name (SLURM_CLUSTER_NAME).
+    cluster: str = ""
 
     def encode(self) -> bytes:
         return protocol.encode(
@@ -38,7 +40,7 @@ class LaunchOrder:
             gpus=self.gpus, rank=self.rank, nodelist=self.nodelist,
             time_limit_s=self.time_limit_s, stdout=self.stdout, stderr=self.stderr, job=self.job,
             grace_s=self.grace_s, checkpoint_dir=self.checkpoint_dir,
-            master_addr=self.master_addr)
+            master_addr=self.master_addr, cluster=self.cluster)
 
 
 @dataclass(frozen=True, slots=True)

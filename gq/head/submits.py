@@ -68,6 +68,13 @@ class Submission:
     admitted: int = 0
     done: bool = False
     error: GqError | None = None
+    #: What gqd does otherwise than asked (filled in by `accept`), for the reply.
+    warnings: list[str] = field(default_factory=list)
+
+    def reply(self) -> dict[str, Any]:
+        if not self.warnings:
+            return {"ids": self.ids}
+        return {"ids": self.ids, "warnings": list(dict.fromkeys(self.warnings))}
 
 
 class Submits:
@@ -91,11 +98,11 @@ class Submits:
         return bool(self.queue)
 
     def submit(self, rid: int, client: Any, raws: list[Any], accept: Callable[[Any], JobSpec],
-               now: float) -> dict[str, Any] | None:
+               now: float, warnings: list[str] | None = None) -> dict[str, Any] | None:
         """A submit request: its reply data when it is done within this turn's slice, else
         None (it is answered from a later turn through `committed`). `accept` checks a raw spec
         and binds it to the caller."""
-        sub = Submission(rid, client, now)
+        sub = Submission(rid, client, now, warnings=warnings if warnings is not None else [])
         sub.work = self._work(sub, raws, accept, now)
         self.queue.append(sub)
         if len(self.queue) > 1:
@@ -107,7 +114,7 @@ class Submits:
         if sub.error is not None:
             raise sub.error
         self.accepted += sub.jobs
-        return {"ids": sub.ids}
+        return sub.reply()
 
     def work(self) -> int:
         """Advance the queued submits until the turn's deadline; how many finished."""
@@ -165,7 +172,7 @@ class Submits:
                 replies.append((sub.client, protocol.error(sub.rid, sub.error.code,
                                                            str(sub.error))))
             else:
-                replies.append((sub.client, protocol.ok(sub.rid, ids=sub.ids)))
+                replies.append((sub.client, protocol.ok(sub.rid, **sub.reply())))
                 accepted += sub.jobs
         self.finished.clear()
         self.accepted = 0

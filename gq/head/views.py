@@ -10,7 +10,7 @@ that was rolled back is simply made again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gq import defaults
@@ -20,8 +20,16 @@ from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
 from gq.sched import NodeView, PendingJob, RunningJob
 
 
+def _anywhere(spec: JobSpec) -> frozenset[str] | None:
+    return None
+
+
 class Views:
     def __init__(self) -> None:
+        #: The nodes a job's spec lets it run on (its partition, --nodelist, --exclude,
+        #: --constraint: gq/head/partitions.py); None: any. Set by the head; pending views are
+        #: made again (`reset`) when what it answers changes.
+        self.allowed: Callable[[JobSpec], frozenset[str] | None] = _anywhere
         #: Job id -> (the spec it was made from, the scheduler's view of the pending job).
         self.pending: dict[int, tuple[JobSpec, PendingJob]] = {}
         #: Job id -> (its spec, alloc, (start time, ending) and the scheduler's view of it
@@ -29,6 +37,10 @@ class Views:
         self.running: dict[int, tuple[JobSpec, dict, tuple[Any, ...], RunningJob]] = {}
         #: Node name -> (its GPU list, what else its view was made from, the view).
         self.nodes: dict[str, tuple[list[Gpu], tuple[Any, ...], NodeView]] = {}
+
+    def reset(self) -> None:
+        """Where jobs may run changed (a node came, or its features did): pending views anew."""
+        self.pending.clear()
 
     def forget(self, job_id: int) -> None:
         """The job left memory."""
@@ -41,7 +53,7 @@ class Views:
         for job in jobs:
             kept = views.get(job.id)
             if kept is None or kept[0] is not job.spec:
-                kept = views[job.id] = (job.spec, pending_view(job))
+                kept = views[job.id] = (job.spec, pending_view(job, self.allowed(job.spec)))
             out.append(kept[1])
         return tuple(out)
 
@@ -85,12 +97,12 @@ class Views:
         return tuple(views)
 
 
-def pending_view(job: Job) -> PendingJob:
+def pending_view(job: Job, allowed: frozenset[str] | None = None) -> PendingJob:
     s = job.spec
     return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
                       nodes=s.nodes, gpus=s.gpus, gpu_type=s.gpu_type, gpu_mem=s.gpu_mem,
                       cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0, user=s.user,
-                      share=s.share)
+                      share=s.share, nice=-s.nice, allowed=allowed)
 
 
 def running_view(job: Job, ending: bool) -> RunningJob:

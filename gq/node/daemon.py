@@ -56,8 +56,11 @@ class NodeDaemon:
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
                  ctx: zmq.Context | None = None, signals: service.Signals | None = None,
-                 isolation: NodeIsolation | None = None, relay: str = ""):
+                 isolation: NodeIsolation | None = None, relay: str = "",
+                 features: list[str] | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
+        #: Its features (--features, [node] features), which jobs' --constraint names.
+        self.features = list(features or [])
         self.health = health
         #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
         self.launch_problem = ""
@@ -126,7 +129,7 @@ class NodeDaemon:
     def register(self) -> None:
         """Tell the head what this node has, runs it still holds included (their ends too)."""
         self._send(protocol.REGISTER, node=self.name, addr=self.addr, cpus=self.cpus,
-                   mem=self.mem, gpu_source=self.gpu_source.kind,
+                   mem=self.mem, gpu_source=self.gpu_source.kind, features=self.features,
                    gpus=[{"index": g.index, "type": g.type, "memory": g.memory, "uuid": g.uuid,
                           "name": g.name} for g in self.gpus],
                    running=[[r.job_id, r.restart] for r in self.runs.values()]

@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="pretend to have these GPUs: 8, 8xh100:80G, 4xa100:40G,4xl4:24G")
     parser.add_argument("--state-dir", default=None)
     parser.add_argument("--addr", default=None, help="address other nodes reach this one at")
+    parser.add_argument("--cpus", type=int, default=None,
+                        help="CPUs offered to jobs (default: [node] cpus, else the host's)")
+    parser.add_argument("--mem", default=None,
+                        help="memory offered to jobs, e.g. 256G (default: [node] mem, else the host's)")
+    parser.add_argument("--features", default=None,
+                        help="the node's features, comma-separated (default: [node] features)")
     parser.add_argument("--virtual", type=int, default=0, metavar="N",
                         help="TEST/BENCHMARK MODE, not for production: run N node identities "
                         "NAME-v001... in this one process, each with its own state directory "
@@ -75,16 +81,18 @@ def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
           ctx: zmq.Context | None = None, signals: service.Signals | None = None) -> NodeDaemon:
     """The node `name` as the command line and configuration describe it."""
     gpus = open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE)
-    cpus = cfg.node.cpus or os.cpu_count() or 1
-    mem = parse_size(cfg.node.mem) or psutil.virtual_memory().total
+    cpus = args.cpus or cfg.node.cpus or os.cpu_count() or 1
+    mem = parse_size(args.mem or cfg.node.mem) or psutil.virtual_memory().total
     # Virtual identities share one host: their CPU picks would collide, and a benchmark of
     # thousands of jobs measures gq, not cgroups. They get cgroups only when asked for.
     kind = "off" if args.virtual and cfg.node.cgroups == "auto" else None
     isolation = NodeIsolation.configured(cfg.node, name, state_dir, gpus.discover(),
-                                         gpus.device_minors(), cfg.node.cpus, mem, kind)
+                                         gpus.device_minors(), args.cpus or cfg.node.cpus, mem,
+                                         kind)
     return NodeDaemon(
         name=name, head=args.head or cfg.node.head, state_dir=state_dir, gpus=gpus,
         addr=args.addr or socket.gethostname(), cpus=cpus, mem=mem, isolation=isolation,
+        features=args.features.split(",") if args.features is not None else cfg.node.features,
         heartbeat_s=cfg.node.heartbeat_s,
         curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
         health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,

@@ -39,6 +39,8 @@ from gq.node.isolation import RunIsolation, SetupError
 from gq.node.runfiles import (  # noqa: F401
     JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
     open_ours, read_pid, read_record, read_status, read_trusted, record)
+from gq.node import slurmenv
+from gq.slurm import shims
 
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
 #: When nothing else is due, the shepherd still wakes this often (seconds) to re-check its child.
@@ -193,15 +195,18 @@ def _start(run_dir: Path, launch: dict[str, Any], jail: RunIsolation
     if switch:
         os.chown(script, uid, gid)
         os.chown(run_dir, uid, gid)
-    env = job_env(launch)
-    restart = launch["restart"]
+    env = job_env(launch, str(shims.ensure(run_dir.parent.parent / "slurm-bin")))
+    # --open-mode: append, truncate; else truncate the first run's files, append a requeue's.
+    mode = launch["spec"].get("open_mode")
+    append = mode == "append" or (mode is None and launch["restart"] > 0)
     with _as_user(uid, gid, switch):
         os.makedirs(env["GQ_CHECKPOINT_DIR"], exist_ok=True)
-        out = _open_output(launch["stdout"], append=restart > 0)
+        out = _open_output(launch["stdout"], append=append)
         err = out if launch["stderr"] == launch["stdout"] else _open_output(launch["stderr"],
-                                                                           append=restart > 0)
+                                                                           append=append)
     # The command may be wrapped (systemd-run, which then switches to the user itself).
-    argv, popen_switch = jail.command([str(script), *spec.get("args", [])], uid, gid, switch)
+    argv, popen_switch = jail.command(slurmenv.task_pid_argv([str(script), *spec.get("args", [])]),
+                                      uid, gid, switch)
     try:
         with _signals_unblocked(), jail.spawning():
             return subprocess.Popen(
@@ -268,8 +273,10 @@ def _groups(uid: int, gid: int) -> list[int]:
         return [gid]
 
 
-def job_env(launch: dict[str, Any]) -> dict[str, str]:
-    """The job's environment: what --export kept, the passwd basics, and the contract's GQ_*."""
+def job_env(launch: dict[str, Any], slurm_bin: str | None = None) -> dict[str, str]:
+    """The job's environment: what --export kept, the passwd basics, the contract's GQ_* and
+    Slurm's SLURM_* (gq/node/slurmenv.py); `slurm_bin` (gq's sbatch, squeue ...) first on
+    PATH."""
     spec, job = launch["spec"], launch["job"]
     env = dict(spec.get("env") or {})
     try:
@@ -280,6 +287,8 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
     except KeyError:
         pass
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    if slurm_bin:
+        env["PATH"] = f"{slurm_bin}:{env['PATH']}"
     gpus = ",".join(str(g) for g in launch["gpus"])
     nodelist = launch["nodelist"]
     job_id = str(launch["job_id"])
@@ -293,15 +302,11 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
             env["HOME"] if "HOME" in env else spec["cwd"], ".gq", "checkpoints", job_id),
         "GQ_RESTART_COUNT": str(launch["restart"]), "GQ_SUBMIT_DIR": spec["cwd"],
         # Slurm's names too, so existing batch scripts keep working.
-        "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": spec.get("name", ""),
-        "SLURM_SUBMIT_DIR": spec["cwd"], "SLURM_NODEID": str(launch["rank"]),
-        "SLURM_JOB_NUM_NODES": str(len(nodelist)), "SLURM_RESTART_COUNT": str(launch["restart"]),
+        **slurmenv.batch_env(launch),
     }
     if job.get("array_job_id") is not None:
         ours.update(GQ_ARRAY_JOB_ID=str(job["array_job_id"]),
-                    GQ_ARRAY_TASK_ID=str(job["array_index"]),
-                    SLURM_ARRAY_JOB_ID=str(job["array_job_id"]),
-                    SLURM_ARRAY_TASK_ID=str(job["array_index"]))
+                    GQ_ARRAY_TASK_ID=str(job["array_index"]))
     if launch.get("relay"):
         # gq (and the Slurm commands) inside the job reach gqd through this node's relay.
         ours["GQ_ENDPOINT"] = launch["relay"]

@@ -208,8 +208,11 @@ class _Pass:
     def _never_fits(self, job: PendingJob, shape: Shape) -> bool:
         never = self.never.get(shape)
         if never is None:
-            never = self.never[shape] = sum(count for gpus, count in self.kinds.values()
-                                            if placement.could_ever_fit(gpus, job)) < job.nodes
+            never = self.never[shape] = (sum(
+                count for gpus, count in self.kinds.values()
+                if placement.could_ever_fit(gpus, job)) if job.allowed is None else sum(
+                1 for n in self.state.nodes
+                if n.name in job.allowed and placement.could_ever_fit(n.gpus, job))) < job.nodes
         return never
 
     @property
@@ -386,7 +389,8 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
             victims = Victims(state, now, policy, result.starts)
         chosen = victims.choose(job, set(victim_qos), pool,
                                 (lambda name: profile.pool_rank(name, job) is not None)
-                                if policy.pools else None)  # (without pools every node is usable)
+                                if policy.pools or job.allowed is not None
+                                else None)  # (without pools or a node set every node is usable)
         if chosen:
             result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in chosen)
         else:

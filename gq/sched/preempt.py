@@ -61,9 +61,10 @@ class Victims:
         borrowed them. Only nodes `usable` by the job are looked at."""
         options: list[tuple[float, str, list[int]]] = []
         candidates = self._victims_of(job.qos, victim_qos, pool)
-        # (`usable` depends on the job's QOS only, and the pass's fixed state.)
+        # (`usable` depends on the job's QOS and node set only, and the pass's fixed state.)
         kept = self._options.setdefault(
-            (job.qos, frozenset(victim_qos), pool, job.gpu_type, job.gpu_mem, job.gpus), {})
+            (job.qos, frozenset(victim_qos), pool, job.gpu_type, job.gpu_mem, job.gpus,
+             job.allowed), {})
         # Only nodes with victims, or with enough free GPUs (an option that costs nothing).
         for name in {**candidates, **dict.fromkeys(self._roomy(job))}:
             if name in kept:

@@ -177,7 +177,7 @@ class Profile:
         so a comparison never reaches the node). Do not change the list: it is kept for the
         pass, and only the entries of nodes booked since it was last asked for are redone
         (a pass reserves for up to MAX_RESERVATIONS jobs, mostly of a few shapes)."""
-        key = (job.gpu_type, job.gpu_mem, job.qos, job.gpus)
+        key = (job.gpu_type, job.gpu_mem, job.qos, job.gpus, job.allowed)
         kept = self._bound_cache.get(key)
         if kept is None:
             kept = self._bound_cache[key] = _Bounds(
@@ -213,7 +213,7 @@ class Profile:
     def _open_nodes(self, job: PendingJob) -> list[tuple[int, NodeProfile, list[int]]]:
         """Schedulable nodes the job's QOS may use, in order, with their GPUs matching the
         job's filters (fixed for the pass, so kept per filter and QOS)."""
-        key = (job.gpu_type, job.gpu_mem, job.qos)
+        key = (job.gpu_type, job.gpu_mem, job.qos, job.allowed)
         found = self._open_cache.get(key)
         if found is None:
             found = self._open_cache[key] = [
@@ -259,7 +259,7 @@ class Profile:
         big cluster would otherwise weigh every node for every job (~1 s for 256 starts on 256
         nodes). A fit depends only on the node's bookings and these fields of the job."""
         key = (job.gpus, job.gpu_type, job.gpu_mem, job.cpus, job.mem, job.time_limit_s, job.qos,
-               job.share)
+               job.share, job.allowed)
         kept = self._fit_cache.get(key)
         if kept is None:
             kept = self._fit_cache[key] = _Fits(
@@ -296,7 +296,10 @@ class Profile:
 
     def pool_rank(self, name: str, job: PendingJob) -> int | None:
         """Where a node stands for a job: its QOS's own pool first (0), then nodes of no pool
-        (1), then another QOS's pool, borrowed (2); None while that owner has a job waiting."""
+        (1), then another QOS's pool, borrowed (2); None while that owner has a job waiting,
+        or when the job may not run there (its partition, -w, -x, --constraint)."""
+        if job.allowed is not None and name not in job.allowed:
+            return None
         owner = self.owner.get(name)
         if owner is None:
             return 1

@@ -41,6 +41,7 @@ class Shape(NamedTuple):
     cpus: int
     mem: int
     share: bool
+    allowed: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class PendingJob:
     #: Shares its GPUs with other sharing jobs while their VRAM (`gpu_mem` each) fits; never
     #: with an exclusive job.
     share: bool = False
+    #: The nodes it may run on (its partition, -w, -x, --constraint); None: any node.
+    allowed: frozenset[str] | None = None
 
     # Computed once per job object (the simulator keeps its objects between passes): a pass
     # reads them for every queued job.
@@ -70,7 +73,7 @@ class PendingJob:
     def shape(self) -> Shape:
         """What placement depends on besides the time limit: jobs of one shape fit alike."""
         return Shape(self.nodes, self.gpus, self.gpu_type, self.gpu_mem, self.cpus, self.mem,
-                     self.share)
+                     self.share, self.allowed)
 
     @cached_property
     def area(self) -> float:
