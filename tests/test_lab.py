@@ -317,11 +317,13 @@ def test_two_users_submit_follow_wait_and_cancel_from_the_login_host(lab: Lab) -
 def test_a_relay_restarted_under_load_loses_no_acknowledged_submit(lab: Lab) -> None:
     """Both users submit in a loop while the relay is stopped and started again (section 8):
     every id a client got back is a job in gqd."""
-    loop = ("for i in $(seq 1 25); do "
+    # Until told to stop (at most 500 submits): a loop of a fixed length could end while the
+    # relay is still down, and then nothing would go through the restarted one.
+    loop = ("for i in $(seq 1 500); do [ -e stop ] && break; "
             "if id=$(gq submit --parsable -t 1 --wrap true 2>>errors); then echo $id >> ids; fi;"
             " done")
     for user in lab.users:
-        for name in ("ids", "errors"):
+        for name in ("ids", "errors", "stop"):
             (user.home / name).unlink(missing_ok=True)
     env = lab.env("login1")
     loops = [subprocess.Popen(
@@ -344,6 +346,10 @@ def test_a_relay_restarted_under_load_loses_no_acknowledged_submit(lab: Lab) -> 
                f"while kill -0 {old} 2>/dev/null; do sleep 0.1; done\n{start}")
         wait_for(lambda: pid_file.exists() and pid_file.read_text().strip()
                  and int(pid_file.read_text()) != old, "the relay to start again")
+        restarted = len(acked())
+        wait_for(lambda: len(acked()) >= restarted + 4, "submits through the restarted relay")
+        for user in lab.users:
+            (user.home / "stop").touch()
         for proc in loops:
             assert proc.wait(timeout=300) == 0
     finally:
