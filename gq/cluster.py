@@ -111,8 +111,8 @@ def write_config(layout: Layout) -> config_mod.Config:
 
 
 #: Settings in which a personal cluster differs from a system one, beyond its paths and ports.
-_PERSONAL = (("head", "metrics_addr"), ("auth", "owner"), ("auth", "allow_root_jobs"),
-             ("auth", "key_dir"), ("node", "cgroup_root"))
+_PERSONAL = (("head", "metrics_addr"), ("head", "relay_endpoint"), ("auth", "owner"),
+             ("auth", "allow_root_jobs"), ("auth", "key_dir"), ("node", "cgroup_root"))
 
 
 def _personal(layout: Layout) -> config_mod.Config:
@@ -120,6 +120,8 @@ def _personal(layout: Layout) -> config_mod.Config:
     # Any free port, so that several users' clusters on one host never clash; gqd writes the one
     # it got to its state directory.
     cfg.head.metrics_addr = "127.0.0.1:0"
+    # Its users are on this host, on the ipc socket: no login host relays for them.
+    cfg.head.relay_endpoint = ""
     # Only the owner may talk to it (the kernel's uid), and its jobs run as the owner anyway:
     # root's personal cluster runs root's jobs.
     cfg.auth.owner = _me()

@@ -37,6 +37,9 @@ class HeadConfig:
         default_factory=lambda: ["ipc:///run/gq/gqd.sock", "tcp://127.0.0.1:6817"])
     #: Endpoint gqd binds for gqnodes.
     node_endpoint: str = "tcp://0.0.0.0:6818"
+    #: Endpoint gqd binds for relays: login hosts' `gq relay` and gqnodes forward their users'
+    #: requests here over CURVE (keys in key_dir/relays/ and key_dir/nodes/); "" binds none.
+    relay_endpoint: str = "tcp://0.0.0.0:6820"
     #: Seconds of silence after which a node is DOWN.
     node_timeout_s: float = defaults.NODE_TIMEOUT_S
     #: Seconds between SIGTERM and SIGKILL when a job is cancelled.
@@ -93,6 +96,19 @@ class ClientConfig:
     #: Endpoints the CLI tries, in order; empty means gqd's client endpoints.
     endpoints: list[str] = field(default_factory=list)
     timeout_s: float = defaults.CLIENT_TIMEOUT_S
+
+
+@dataclass
+class RelayConfig:
+    #: gqd's relay endpoint as this host reaches it, for `gq relay` on a login host and for
+    #: gqnode, which relays the requests of the jobs on its host; "": gqnode relays none.
+    head: str = ""
+    #: The local socket `gq relay` serves this host's users on (the CLI's [client] endpoints
+    #: name it).
+    socket: str = "ipc:///run/gq/relay.sock"
+    #: The relay's key pair, key_dir/NAME.key_secret (gq admin keygen --relay NAME); "" is
+    #: the host name.
+    name: str = ""
 
 
 @dataclass
@@ -173,6 +189,7 @@ class Config:
     head: HeadConfig = field(default_factory=HeadConfig)
     node: NodeConfig = field(default_factory=NodeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
+    relay: RelayConfig = field(default_factory=RelayConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     qos: dict[str, QosConfig] = field(default_factory=_default_qos)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -197,7 +214,7 @@ class Config:
 
 
 _SECTIONS = {"head": HeadConfig, "node": NodeConfig, "client": ClientConfig,
-             "scheduler": SchedulerConfig, "auth": AuthConfig}
+             "relay": RelayConfig, "scheduler": SchedulerConfig, "auth": AuthConfig}
 _DURATION_KEYS = {"default_time", "max_time"}
 
 
@@ -368,9 +385,10 @@ def _personal_head_alive() -> bool:
 
 
 def to_toml(cfg: Config) -> str:
-    """TOML text of the parts `gq up` writes (head, node, client, auth), for a personal cluster."""
+    """TOML text of the parts `gq up` writes (head, node, client, relay, auth), for a personal
+    cluster."""
     lines: list[str] = []
-    for section in ("head", "node", "client"):
+    for section in ("head", "node", "client", "relay"):
         lines.append(f"[{section}]")
         for key, value in dataclasses.asdict(getattr(cfg, section)).items():
             lines.append(f"{key} = {_toml_value(value)}")

@@ -50,6 +50,11 @@ MAX_TIME_LIMIT_S = 10 * 365 * 86400
 #: Most tasks one `--array` may have, and its highest index.
 MAX_ARRAY_TASKS = 100_000
 MAX_ARRAY_INDEX = 9_999_999
+#: Requests a relay (`gq relay`, gqnode's for its jobs) holds for gqd, and replies for one
+#: client, in messages: past it a new request is answered "try again" at once.
+RELAY_QUEUE = 10_000
+#: Name of gqnode's socket, in its state directory, on which it relays its jobs' requests.
+NODE_RELAY_SOCKET = "gq.sock"
 #: Most messages one socket may hand the loop per iteration, so one busy peer cannot starve the rest.
 MAX_BATCH = 2000
 #: Longest the event loop sleeps with nothing to do, in seconds (timers are checked at least this often).

@@ -85,7 +85,8 @@ class ConfigError(GqError):
 
 #: Error replies carry `code`; the client turns them back into these classes.
 ERRORS_BY_CODE = {cls.code: cls for cls in (GqError, UsageError, RefusedError, NotFoundError,
-                                             PermissionDenied, StoreError, ProtocolError)}
+                                             PermissionDenied, StoreError, ProtocolError,
+                                             UnreachableError)}
 
 
 def exit_status(exc: BaseException) -> ExitStatus | None:

@@ -48,6 +48,10 @@ KILL = "kill"
 ACK = "ack"
 REREGISTER = "reregister"
 
+#: The uid a relay proved for the caller of a request it forwards (SO_PEERCRED on its host),
+#: added by the relay to any client request; gqd reads it only from relay connections.
+AS_UID = "as_uid"
+
 #: Report events a node sends about a job run.
 STARTED = "started"
 FINISHED = "finished"
@@ -84,7 +88,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "gid": (-1, 2**32 - 1), "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31),
     "mem": (0, _I64), "gpu_mem": (0, _I64), "time_limit_s": (0, 10 * 365 * 86400),
     "exit_code": (-255, 65_535), "retries": (0, 1_000_000), "after": (0, _I64),
-    "limit": (1, MAX_LIST), "max_rss": (0, _I64),
+    "limit": (1, MAX_LIST), "max_rss": (0, _I64), AS_UID: (0, 2**32 - 1),
 }
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
 _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
@@ -158,6 +162,9 @@ SCHEMAS: dict[str, Schema] = {
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
                              HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
+# Any client request may come through a relay, which adds the uid it proved.
+for _request in CLIENT_REQUESTS:
+    SCHEMAS[_request][AS_UID] = (_INT, False)
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
 

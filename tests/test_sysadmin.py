@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-UNITS = ("gqd.service", "gqnode.service")
+UNITS = ("gqd.service", "gqnode.service", "gq-relay.service")
 
 
 def _unit(name: str) -> dict[str, str]:
@@ -36,8 +36,16 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
         section.mkdir(parents=True, exist_ok=True)
         shutil.copy(page, section / page.name)
     man = ["--man=yes"] if shutil.which("man") else ["--man=no"]
+    # verify checks that ExecStart's program exists: as scripts/install does for a BINDIR
+    # other than /usr/local/bin, point the units at where this gq's programs are.
+    bindir = Path(sys.executable).parent
+    units = tmp_path / "units"
+    units.mkdir()
+    for name in UNITS:
+        text = (REPO / "systemd" / name).read_text()
+        (units / name).write_text(text.replace("/usr/local/bin/", f"{bindir}/"))
     result = subprocess.run(["systemd-analyze", "verify", *man,
-                             *(str(REPO / "systemd" / u) for u in UNITS)],
+                             *(str(units / u) for u in UNITS)],
                             env={**os.environ, "MANPATH": str(mandir)}, capture_output=True,
                             text=True, timeout=60)
     # systemd-analyze also lints units it reaches through dependencies, and complaints about
@@ -48,9 +56,11 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
 
 
 def test_units_keep_jobs_alive_and_notify_when_serving() -> None:
-    head, node = _unit("gqd.service"), _unit("gqnode.service")
-    for unit in (head, node):
+    head, node, relay = _unit("gqd.service"), _unit("gqnode.service"), _unit("gq-relay.service")
+    for unit in (head, node, relay):
         assert unit["Type"] == "notify" and unit["Restart"] == "on-failure"
+        # The installed programs (scripts/install), not whatever `env` finds on root's PATH.
+        assert unit["ExecStart"].startswith("/usr/local/bin/gq"), unit["ExecStart"]
     # Restarting gqnode must not kill the jobs' shepherds (they are in its cgroup).
     assert node["KillMode"] == "process"
     assert head["ExecReload"].endswith("kill -HUP $MAINPID")

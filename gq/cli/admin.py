@@ -35,16 +35,22 @@ def resume(nodes: list[str] = typer.Argument(..., help="node names")) -> int:
 
 
 @admin.command("keygen")
-def keygen(names: list[str] = typer.Argument(..., help="gqd, or node names"),
+def keygen(names: list[str] = typer.Argument(..., help="gqd, or node names (relay names with --relay)"),
            key_dir: str = typer.Option(None, "--dir", help="where (default: [auth] key_dir)"),
-           force: bool = typer.Option(False, "--force", help="replace existing key pairs")) -> int:
-    """Write CURVE key pairs (secret files 0600); a node's public key joins the allow-list."""
+           force: bool = typer.Option(False, "--force", help="replace existing key pairs"),
+           relay: bool = typer.Option(False, "--relay", help="keys of relays (login hosts' gq relay): they join relays/"),
+           kind: str = typer.Option("login", "--kind", help="a relay's kind: login (speaks for the uids it sees) or api (only through tokens)")) -> int:
+    """Write CURVE key pairs (secret files 0600); a node's public key joins the allow-list
+    (nodes/), a relay's the relays' (relays/)."""
     from pathlib import Path
 
     from gq import config as config_mod
     from gq import keys
+    from gq.errors import UsageError
+    if kind != "login" and not relay:
+        raise UsageError("--kind is for relays: add --relay")
     where = Path(key_dir or config_mod.load().auth.key_dir)
     for name in names:
-        for path in keys.keygen(where, name, force=force):
+        for path in keys.keygen(where, name, force=force, relay=kind if relay else None):
             render.message(f"wrote {path}")
     return 0

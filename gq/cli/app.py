@@ -46,9 +46,10 @@ def register() -> None:
     accounting.register(app)
     cluster.register(app)
     admin.register(app)
-    from gq.cli import sim, watch
+    from gq.cli import relay, sim, watch
     sim.register(app)
     watch.register(app)
+    relay.register(app)
 
 
 def command() -> typer.core.TyperGroup:

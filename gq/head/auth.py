@@ -4,6 +4,12 @@ libzmq passes the peer's `uid:gid:pid` (from SO_PEERCRED) as the ZAP request's a
 connections; we answer with that uid as the connection's User-Id, which then rides on every
 message. The uid never comes from the message itself. TCP callers have no such proof: they are
 "claimed" identities, allowed to read only. gqnodes prove themselves with CURVE keys.
+
+Forwarders (relays) prove themselves with CURVE keys too, on gqd's relay endpoint: a login host's
+`gq relay` (key in key_dir/relays/, User-Id `relay:NAME`), gq api's (`api:NAME`), and gqnodes
+forwarding their jobs' requests (their node key, `node:NAME`). A forwarded request carries
+`as_uid`, the uid the forwarder learnt from its own kernel; only on such a connection does gqd
+read it (`caller_of`), and a node is believed only for the owners of jobs it holds.
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ import os
 import pwd
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 from zmq.utils import z85
 
-from gq.keys import allowed_nodes
+from gq.errors import PermissionDenied, ProtocolError
+from gq.keys import API, LOGIN, allowed_nodes, allowed_relays
 
 log = logging.getLogger("gq.head.auth")
 
@@ -29,6 +37,12 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 DOMAIN = b"gq"
 #: The ZAP domain of gqd's node socket (CURVE keys, checked against the allow-list).
 NODE_DOMAIN = b"gq-nodes"
+#: The ZAP domain of gqd's relay endpoint (CURVE keys of relays, and of nodes).
+RELAY_DOMAIN = b"gq-relays"
+#: User-Id prefixes of forwarders on the relay endpoint ("relay:NAME"): a login host's relay,
+#: gq api's, a gqnode's.
+VIA_RELAY, VIA_API, VIA_NODE = "relay", "api", "node"
+_VIA_OF_KIND = {LOGIN: VIA_RELAY, API: VIA_API}
 #: A refused peer's cause is logged at most once per this many seconds.
 REFUSAL_LOG_S = 60.0
 
@@ -37,9 +51,12 @@ REFUSAL_LOG_S = 60.0
 class Caller:
     uid: int
     user: str
-    #: True when the kernel vouched for the uid (ipc); False for a claim made over TCP.
+    #: True when the kernel vouched for the uid (ipc, or a trusted relay's); False for a claim
+    #: made over TCP (or forwarded by a node that holds no job of the uid's).
     proven: bool
     admin: bool = False
+    #: The forwarder the request came through ("relay login1", "node gpu3"); "" when direct.
+    via: str = ""
 
 
 class ZapHandler:
@@ -81,6 +98,8 @@ class ZapHandler:
         domain, address, _identity, mechanism = frames[2:6]
         if domain == NODE_DOMAIN:
             return self._node(mechanism, frames[6:])
+        if domain == RELAY_DOMAIN:
+            return self._relay(mechanism, frames[6:])
         uid = peer_uid(address)
         if self.owner_uid is not None and uid != str(self.owner_uid):
             self._refusal((b"owner", uid.encode()), "refused a client of uid %s: only the "
@@ -99,6 +118,22 @@ class ZapHandler:
                           key.decode(), self.key_dir / "nodes")
             return b"400", "unknown node key", ""
         return b"200", "OK", name
+
+    def _relay(self, mechanism: bytes, credentials: list[bytes]) -> tuple[bytes, str, str]:
+        """A relay by its key in relays/ (`relay:NAME`, `api:NAME` by its kind), or a node
+        forwarding its jobs' requests by its key in nodes/ (`node:NAME`)."""
+        if mechanism != b"CURVE" or not credentials or self.key_dir is None:
+            return b"400", "relays must use CURVE", ""
+        key = z85.encode(credentials[0])
+        relay = allowed_relays(self.key_dir).get(key)
+        if relay is not None:
+            return b"200", "OK", f"{_VIA_OF_KIND[relay[1]]}:{relay[0]}"
+        node = allowed_nodes(self.key_dir).get(key)
+        if node is not None:
+            return b"200", "OK", f"{VIA_NODE}:{node}"
+        self._refusal((b"relay", key), "refused a relay with an unknown CURVE key %s: not in %s "
+                      "(gq admin keygen --relay NAME)", key.decode(), self.key_dir / "relays")
+        return b"400", "unknown relay key", ""
 
     def _refusal(self, what: tuple[bytes, ...], fmt: str, *args: object) -> None:
         """Log a refusal, once a minute per cause (a refused peer reconnects every second)."""
@@ -128,8 +163,15 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-def caller_of(user_id: str, claimed_uid: object, claimed_user: object, admins: list[str]) -> Caller:
-    """The caller: the kernel's uid when we have it, else what the message claims."""
+def caller_of(user_id: str, msg: dict[str, object], admins: list[str],
+              node_holds: Callable[[str, int], bool] = lambda node, uid: False) -> Caller:
+    """The caller: the kernel's uid when we have it (ipc: ours; a relay's: its `as_uid`), else
+    what the message claims. `node_holds(node, uid)`: whether a job of uid's holds an allocation
+    on node, the only uids a node may speak for."""
+    forwarder, _, name = user_id.partition(":")
+    if name:
+        return _forwarded(forwarder, name, msg.get("as_uid"), admins, node_holds)
+    claimed_uid, claimed_user = msg.get("claim_uid"), msg.get("claim_user")
     if user_id:
         uid = int(user_id)
         name = user_name(uid)
@@ -140,6 +182,26 @@ def caller_of(user_id: str, claimed_uid: object, claimed_user: object, admins: l
         proven = False
     admin = name in admins or (proven and (uid == 0 or _in_admin_group(name, uid, admins)))
     return Caller(uid=uid, user=name, proven=proven, admin=admin)
+
+
+def _forwarded(forwarder: str, name: str, as_uid: object, admins: list[str],
+               node_holds: Callable[[str, int], bool]) -> Caller:
+    """The caller of a request a relay or a node forwarded, with the uid it proved."""
+    via = f"{forwarder} {name}"
+    if forwarder == VIA_API:
+        # gq api acts through users' tokens only (not built yet): a bare uid from it is refused,
+        # so a compromised API host cannot impersonate anyone.
+        raise PermissionDenied(f"permission denied: {via} is an api relay, which may act only "
+                               "through a user's token, not for a bare uid")
+    if type(as_uid) is not int or not 0 <= as_uid < 2**32:
+        raise ProtocolError(f"a request forwarded by {via} has no as_uid (the uid it proved)")
+    user = user_name(as_uid)
+    if forwarder == VIA_NODE:
+        # A node speaks for the owners of the jobs it holds, and as no more than a plain user:
+        # root on a node cannot act as an admin, nor as anyone without a job there.
+        return Caller(uid=as_uid, user=user, proven=node_holds(name, as_uid), via=via)
+    admin = user in admins or as_uid == 0 or _in_admin_group(user, as_uid, admins)
+    return Caller(uid=as_uid, user=user, proven=True, admin=admin, via=via)
 
 
 def _in_admin_group(name: str, uid: int, admins: list[str]) -> bool:

@@ -189,18 +189,27 @@ class Head:
     def handle_client(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                       ) -> dict[str, Any] | None:
         """Reply data for a request, or None when the reply is deferred (wait)."""
-        if msg["type"] in CHANGING_REQUESTS and not caller.proven and not self.cfg.auth.trust_tcp:
+        if msg["type"] in CHANGING_REQUESTS and not caller.proven and (
+                caller.via or not self.cfg.auth.trust_tcp):
             # A TCP caller's uid is only claimed; acting on it would let any local user submit
-            # jobs that run as someone else. Reading stays open, as squeue's is.
+            # jobs that run as someone else. Reading stays open, as squeue's is. A node vouches
+            # only for the owners of the jobs it holds (trust_tcp does not widen that).
             raise PermissionDenied(
-                f"permission denied: {msg['type']} needs a proven identity; use the local ipc "
-                "socket (TCP callers are not authenticated yet)")
+                f"permission denied: {msg['type']} needs a proven identity; "
+                + (f"{caller.via} speaks only for users with a job running there" if caller.via
+                   else "use the local ipc socket or a login host's relay (TCP callers are "
+                   "not authenticated)"))
         handler = getattr(self, f"_req_{msg['type']}")
         return handler(msg, caller, client, now)
 
+    def node_holds(self, node: str, uid: int) -> bool:
+        """Whether a job of `uid` holds an allocation on `node`: the only users a node's relay
+        may speak for (WAVE2 2), so a node's root acts for no one else."""
+        return any(job.spec.uid == uid and job.holds_alloc for job in self.index.on_node(node))
+
     def _req_ping(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         return {"version": defaults.PROTOCOL_VERSION, "user": caller.user, "uid": caller.uid,
-                "proven": caller.proven, "pid": os.getpid()}
+                "proven": caller.proven, "pid": os.getpid(), "via": caller.via}
 
     def _req_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
                     ) -> dict | None:

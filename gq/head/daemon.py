@@ -17,8 +17,9 @@ import zmq
 
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
-from gq.errors import ConfigError, ExitStatus, GqError, ProtocolError, StoreError
-from gq.head.auth import DOMAIN, NODE_DOMAIN, ZapHandler, caller_of
+from gq.errors import (ConfigError, ExitStatus, GqError, PermissionDenied, ProtocolError,
+                       StoreError)
+from gq.head.auth import DOMAIN, NODE_DOMAIN, RELAY_DOMAIN, ZapHandler, caller_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
 from gq.head.submits import SLICE_S as SUBMIT_SLICE_S
@@ -54,8 +55,15 @@ class HeadServer:
         key_dir = Path(cfg.auth.key_dir) if cfg.auth.curve else None
         curve = keys.head_keys(key_dir) if key_dir else None  # a missing key stops gqd here
         # Must run before any bind, so no connection skips it.
-        self.zap = ZapHandler(self.ctx, _owner_uid(cfg.auth.owner), key_dir)
+        self.owner_uid = _owner_uid(cfg.auth.owner)
+        self.zap = ZapHandler(self.ctx, self.owner_uid, key_dir)
         self.clients = [self._bind_client(ep) for ep in cfg.head.client_endpoints]
+        if cfg.head.relay_endpoint and curve is None:
+            log.warning("[auth] curve = false: relays are known only by their keys, so %s is "
+                        "not served (no login host can submit)", cfg.head.relay_endpoint)
+        elif cfg.head.relay_endpoint:
+            # Relays' requests are client requests in all but who vouches for the caller.
+            self.clients.append(self._bind_relays(cfg.head.relay_endpoint, curve))
         self.nodes = self._bind_nodes(cfg.head.node_endpoint, curve)
         #: Node name -> routing id of the connection it last sent from (under its own key).
         self.node_routes: dict[str, bytes] = {}
@@ -131,6 +139,22 @@ class HeadServer:
             # directory's mode decides who can reach the socket at all.
             os.chmod(endpoint[len("ipc://"):], 0o666)
         log.info("serving clients on %s", endpoint)
+        return sock
+
+    def _bind_relays(self, endpoint: str, curve: keys.CurveKeys) -> zmq.Socket:
+        """The relay endpoint: login hosts' `gq relay`, gq api and gqnodes forward requests
+        here over CURVE, each with the uid it proved (`as_uid`); the ZAP handler admits only
+        keys in key_dir/relays/ and key_dir/nodes/ (gq/head/auth.py)."""
+        sock = self.ctx.socket(zmq.ROUTER)
+        sock.linger = 1000
+        sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
+        sock.curve_server = True
+        sock.curve_secretkey = curve.secret
+        sock.curve_publickey = curve.public
+        sock.zap_domain = RELAY_DOMAIN
+        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+        sock.bind(endpoint)
+        log.info("serving relays on %s", endpoint)
         return sock
 
     # ------------------------------------------------------------ the loop
@@ -273,8 +297,9 @@ class HeadServer:
             if not isinstance(rid_field, int) or isinstance(rid_field, bool) or rid_field < 0:
                 raise ProtocolError("request has no integer rid (0 or more)")
             rid = rid_field
-            caller = caller_of(req.user_id, msg.get("claim_uid"), msg.get("claim_user"),
-                               self.cfg.auth.admins)
+            caller = caller_of(req.user_id, msg, self.cfg.auth.admins, self.head.node_holds)
+            if caller.via:
+                self._forwarded(msg["type"], caller)
             data = self._isolated(msg, caller, (req.sock, req.envelope), now)
             # A submit still in the works (data None) changes nothing yet: no pass for it now.
             self.client_changed |= msg["type"] in CHANGING_REQUESTS and data is not None
@@ -284,6 +309,16 @@ class HeadServer:
             return req, protocol.error(_rid_of(req.payload) if rid is None else rid, exc.code,
                                        str(exc)), False
         return None if data is None else (req, protocol.ok(rid, **data), True)
+
+    def _forwarded(self, kind: str, caller: Any) -> None:
+        """A forwarded request: only for the owner of a personal cluster; changes logged with
+        the forwarder that vouched for the caller."""
+        if self.owner_uid is not None and caller.uid != self.owner_uid:
+            raise PermissionDenied(f"permission denied: only the cluster's owner (uid "
+                                   f"{self.owner_uid}) may use it")
+        if kind in CHANGING_REQUESTS:
+            log.info("%s by %s (uid %d) via %s%s", kind, caller.user, caller.uid, caller.via,
+                     "" if caller.proven else " (not vouched for: the node holds no job of theirs)")
 
     def _isolated(self, msg: dict[str, Any], caller: Any, client: Any, now: float) -> Any:
         """Run one request in a savepoint: a bug in it cannot leave half its changes behind."""

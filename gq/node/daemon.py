@@ -31,6 +31,7 @@ from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
+from gq.relay import Forwarder
 
 log = logging.getLogger("gq.node")
 
@@ -54,7 +55,7 @@ class NodeDaemon:
                  cpus: int, mem: int, addr: str, heartbeat_s: float,
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
                  ctx: zmq.Context | None = None, signals: service.Signals | None = None,
-                 isolation: NodeIsolation | None = None):
+                 isolation: NodeIsolation | None = None, relay: str = ""):
         self.name, self.head_addr, self.addr = name, head, addr
         self.health = health
         #: Why launches fail here, sent as a health problem (the node gets drained); "" if none.
@@ -85,6 +86,11 @@ class NodeDaemon:
             self.sock.curve_publickey = curve.public
             self.sock.curve_serverkey = curve.server
         self.sock.connect(head)
+        #: The socket on which the jobs here reach gqd, through this node (their GQ_ENDPOINT),
+        #: when [relay] head names gqd's relay endpoint; one per process (its ZAP handler).
+        self.relay = Forwarder(self.ctx, f"ipc://{state_dir / defaults.NODE_RELAY_SOCKET}",
+                               relay, curve, f"node {name}'s relay") \
+            if relay and curve is not None and self._own_ctx else None
         self.signals = signals or service.Signals()
         self.signals.watch_children()
         self._next_heartbeat = 0.0
@@ -134,6 +140,8 @@ class NodeDaemon:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.signals.wake_r, zmq.POLLIN)
+        for sock in self.relay.sockets() if self.relay else []:
+            poller.register(sock, zmq.POLLIN)
         service.notify("READY=1")
         log.info("gqnode %s up: %d GPUs (%s), head %s", self.name, len(self.gpus),
                  self.gpu_source.kind, self.head_addr)
@@ -150,6 +158,8 @@ class NodeDaemon:
                 for pid, status in reap_children():
                     self.reaped(pid, status)
             self.step(self.sock in events)
+            if self.relay:
+                self.relay.serve(events)
 
     def due(self) -> float:
         """When the loop next has a timer to serve (time.monotonic() seconds: every timer of
@@ -237,6 +247,8 @@ class NodeDaemon:
         # either way). The order needs no atomic write either: its directory is renamed whole.
         # With it, how the run is confined (gq.node.isolation), for its shepherd and for us.
         msg = {**msg, "isolation": self.isolation.plan(msg)}
+        if self.relay:  # the job's gq commands go through this node (shepherd: GQ_ENDPOINT)
+            msg = {**msg, "relay": self.relay.endpoint}
         (tmp / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(msg, use_bin_type=True))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
@@ -366,6 +378,8 @@ class NodeDaemon:
     def close(self) -> None:
         trash.flush()
         self.isolation.close()
+        if self.relay:
+            self.relay.close()
         self.sock.close()
         if self._own_ctx:
             self.ctx.term()

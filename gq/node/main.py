@@ -87,7 +87,7 @@ def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
         health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
                            cfg.node.health_check_timeout_s, state_dir / "health-check.out",
                            name)
-        if cfg.node.health_check else None, ctx=ctx, signals=signals)
+        if cfg.node.health_check else None, ctx=ctx, signals=signals, relay=cfg.relay.head)
 
 
 if __name__ == "__main__":

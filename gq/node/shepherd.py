@@ -375,6 +375,9 @@ def job_env(launch: dict[str, Any]) -> dict[str, str]:
                     GQ_ARRAY_TASK_ID=str(job["array_index"]),
                     SLURM_ARRAY_JOB_ID=str(job["array_job_id"]),
                     SLURM_ARRAY_TASK_ID=str(job["array_index"]))
+    if launch.get("relay"):
+        # gq (and the Slurm commands) inside the job reach gqd through this node's relay.
+        ours["GQ_ENDPOINT"] = launch["relay"]
     if len(nodelist) > 1:
         ours.update(MASTER_ADDR=launch.get("master_addr") or nodelist[0],
                     MASTER_PORT=str(20000 + launch["job_id"] % 20000),
