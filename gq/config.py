@@ -54,6 +54,10 @@ class HeadConfig:
     #: Prometheus endpoint, HOST:PORT (port 0: any free one, written to STATE_DIR/metrics.addr);
     #: "" serves none. Loopback by default: it names users and jobs.
     metrics_addr: str = "127.0.0.1:6819"
+    #: Job and node events (gq events, gq api's /v1/events) are kept this long, in seconds,
+    #: and at most this many of the newest.
+    events_keep_s: float = defaults.EVENTS_KEEP_S
+    events_keep_rows: int = defaults.EVENTS_KEEP_ROWS
 
 
 #: `[node] cgroups` values (gq.node.cgroups).
@@ -261,6 +265,9 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     if not 0 <= cfg.head.default_retries <= defaults.MAX_RETRIES:
         raise ConfigError(f"{source}: [head] default_retries must be 0..{defaults.MAX_RETRIES}, "
                           f"not {cfg.head.default_retries}")
+    if not (0 < cfg.head.events_keep_s < math.inf and cfg.head.events_keep_rows >= 1):
+        raise ConfigError(f"{source}: [head] events_keep_s must be seconds over 0 and "
+                          f"events_keep_rows 1 or more")
     # Known only once [head] is read, wherever it stands in the file.
     for name, qos in cfg.qos.items():
         if name not in graced:

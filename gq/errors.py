@@ -57,6 +57,24 @@ class PermissionDenied(RefusedError):
     code = "permission_denied"
 
 
+class Unauthenticated(PermissionDenied):
+    """No valid credential: a missing, unknown, revoked or expired API token (HTTP 401)."""
+
+    code = "unauthenticated"
+
+
+class GoneError(RefusedError):
+    """What was asked for is no longer kept: events pruned past their retention (HTTP 410)."""
+
+    code = "gone"
+
+
+class RateLimited(RefusedError):
+    """Too many requests for a token's rate limit in gq api; try again later (HTTP 429)."""
+
+    code = "rate_limited"
+
+
 class StoreError(RefusedError):
     """The store could not commit (disk full, I/O error); nothing was accepted."""
 
@@ -86,7 +104,8 @@ class ConfigError(GqError):
 #: Error replies carry `code`; the client turns them back into these classes.
 ERRORS_BY_CODE = {cls.code: cls for cls in (GqError, UsageError, RefusedError, NotFoundError,
                                              PermissionDenied, StoreError, ProtocolError,
-                                             UnreachableError)}
+                                             UnreachableError, Unauthenticated, GoneError,
+                                             RateLimited)}
 
 
 def exit_status(exc: BaseException) -> ExitStatus | None:

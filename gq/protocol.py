@@ -36,6 +36,12 @@ UPDATE = "update"
 HISTORY = "history"
 #: `gq report` (GPU-hours); not "report", which is a node's message.
 ACCOUNTING = "accounting"
+#: Job and node events after a sequence number (gq/events.py, gq/head/feed.py).
+EVENTS = "events"
+#: Users' API tokens (gq/head/tokens.py).
+TOKEN_CREATE = "token_create"
+TOKEN_LIST = "token_list"
+TOKEN_REVOKE = "token_revoke"
 # Head -> client.
 REPLY = "reply"
 # Node -> head.
@@ -51,6 +57,8 @@ REREGISTER = "reregister"
 #: The uid a relay proved for the caller of a request it forwards (SO_PEERCRED on its host),
 #: added by the relay to any client request; gqd reads it only from relay connections.
 AS_UID = "as_uid"
+#: The user's token with which gq api forwards a request (gqd acts as the token's user).
+AS_TOKEN = "as_token"
 
 #: Report events a node sends about a job run.
 STARTED = "started"
@@ -89,6 +97,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "mem": (0, _I64), "gpu_mem": (0, _I64), "time_limit_s": (0, 10 * 365 * 86400),
     "exit_code": (-255, 65_535), "retries": (0, 1_000_000), "after": (0, _I64),
     "limit": (1, MAX_LIST), "max_rss": (0, _I64), AS_UID: (0, 2**32 - 1),
+    "since": (0, _I64), "job": (1, _I64), "array": (1, _I64),
 }
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
 _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
@@ -129,6 +138,21 @@ SCHEMAS: dict[str, Schema] = {
               "states": (_OPT_LIST, False), "after": (_INT, False), "limit": (_INT, False)},
     # GPU-seconds of runs inside [since, until] by user, account, QOS and outcome.
     ACCOUNTING: {"since": (_NUM, True), "until": (_NUM, True)},
+    # Events with seq > since (None: from now on; with oldest, from the oldest kept), only
+    # those of `user`, job `job`, array `array`, of `kinds` (job, node); at most `limit`;
+    # parked up to park_s seconds until one is committed. Reply: events, next (the since of
+    # the next request), first (the oldest kept), last (the newest committed).
+    EVENTS: {"since": (_OPT_INT, False), "oldest": (_BOOL, False), "user": (_OPT_STR, False),
+             "job": (_OPT_INT, False), "array": (_OPT_INT, False), "kinds": (_OPT_LIST, False),
+             "limit": (_INT, False), "park_s": (_NUM, False)},
+    # A token of the caller's (an admin's: of `user`), lasting expires_s seconds. Reply: the
+    # token (shown once) and its record (id, name, user, uid, created, expires, read_only).
+    TOKEN_CREATE: {"name": (_OPT_STR, False), "expires_s": (_NUM, False),
+                   "read_only": (_BOOL, False), "user": (_OPT_STR, False)},
+    # The caller's tokens (with all, an admin's: everyone's), never the tokens themselves.
+    TOKEN_LIST: {"all": (_BOOL, False)},
+    # Reply as for hold: done (token ids) and errors (id -> why not).
+    TOKEN_REVOKE: {"ids": (_LIST, True)},
     # running: [job_id, restart] of every run the node holds, alive or ended with its report
     # not yet acked; the head requeues a run it knows started there and that is missing.
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
@@ -160,11 +184,13 @@ SCHEMAS: dict[str, Schema] = {
 }
 
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
-                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING})
+                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING, EVENTS,
+                             TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 # Any client request may come through a relay, which adds the uid it proved.
 for _request in CLIENT_REQUESTS:
     SCHEMAS[_request][AS_UID] = (_INT, False)
+    SCHEMAS[_request][AS_TOKEN] = (_STR, False)
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
 

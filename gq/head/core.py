@@ -23,8 +23,10 @@ from gq.arrays import parse_ref, split_ref
 from gq.config import Config
 from gq.deps import ParentState, parse_dependency
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError, UsageError
-from gq.head import gate, limits
+from gq.head import auth, gate, limits
 from gq.head.auth import Caller
+from gq.head.feed import Feed
+from gq.head.tokens import Tokens
 from gq.head.index import JobIndex
 from gq.head.submits import Submits
 from gq.model import (JOB_FIELDS, Gpu, Job, JobSpec, JobState, Node, NodeState, format_duration,
@@ -56,6 +58,8 @@ STOPPING = frozenset({PREEMPTED, REQUEUED})
 CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
                                protocol.RESUME, protocol.HOLD, protocol.RELEASE,
                                protocol.REQUEUE, protocol.UPDATE})
+#: Requests a read-only token may not make.
+READ_ONLY_REFUSED = CHANGING_REQUESTS | {protocol.TOKEN_REVOKE}
 #: A node's health problems shown in its drain reason: at most this many, this long each.
 MAX_HEALTH_PROBLEMS = 4
 MAX_HEALTH_TEXT = 200
@@ -129,6 +133,15 @@ class Head:
         self.parked: list[Parked] = []
         self.dirty = True
         self.submits = Submits(self)
+        self.feed = Feed(store, steady)
+        self.tokens = Tokens(store)
+        #: Requests handled by the head's parts (events, tokens) rather than a `_req_` method.
+        self.handlers: dict[str, Callable[..., dict[str, Any] | None]] = {
+            protocol.EVENTS: self.feed.request,
+            protocol.TOKEN_CREATE: lambda m, c, _, now: self.tokens.create(c, m, now),
+            protocol.TOKEN_LIST: lambda m, c, _, now: {
+                "tokens": self.tokens.listing(c, bool(m.get("all")))},
+            protocol.TOKEN_REVOKE: lambda m, c, _, now: self.tokens.revoke(c, m["ids"])}
         self.load(now)
 
     def configure(self, cfg: Config) -> None:
@@ -183,6 +196,7 @@ class Head:
         self.outbox_nodes.clear()
         self.dirty = True
         self.submits.reloaded()
+        self.tokens.load()
 
     # ------------------------------------------------------------ client requests
 
@@ -199,8 +213,18 @@ class Head:
                 + (f"{caller.via} speaks only for users with a job running there" if caller.via
                    else "use the local ipc socket or a login host's relay (TCP callers are "
                    "not authenticated)"))
-        handler = getattr(self, f"_req_{msg['type']}")
+        if caller.read_only and msg["type"] in READ_ONLY_REFUSED:
+            raise PermissionDenied(f"permission denied: {msg['type']} needs a token that is not "
+                                   "read-only")
+        handler = self.handlers.get(msg["type"]) or getattr(self, f"_req_{msg['type']}")
         return handler(msg, caller, client, now)
+
+    def token_caller(self, token: object, via: str, now: float) -> Caller:
+        """Who a request forwarded by gq api with `token` acts as (Unauthenticated if no one)."""
+        found = self.tokens.resolve(token, now)
+        return Caller(uid=found.uid, user=found.user, proven=True,
+                      admin=auth.is_admin(found.user, found.uid, self.cfg.auth.admins), via=via,
+                      read_only=found.read_only)
 
     def node_holds(self, node: str, uid: int) -> bool:
         """Whether a job of `uid` holds an allocation on `node`: the only users a node's relay
@@ -886,6 +910,7 @@ class Head:
         if self.wake_at is not None and now >= self.wake_at:
             self.wake_at, self.dirty = None, True
         self._answer_parked(now)
+        self.feed.prune(now, self.cfg.head.events_keep_s, self.cfg.head.events_keep_rows)
 
     def node_down(self, node: Node, reason: str, now: float) -> None:
         log.warning("node %s is DOWN: %s", node.name, reason)
