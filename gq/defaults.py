@@ -79,6 +79,8 @@ MAX_EVENTS_PAGE = 10_000
 #: Most events one `events` request looks through (past it the reply says where it got to):
 #: a consumer far behind with a narrow filter cannot hold gqd's loop for a scan of them all.
 MAX_EVENTS_SCAN = 50_000
+#: How long `Client.events(follow=True)` waits before asking an unreachable head again, in s.
+EVENTS_RETRY_S = 1.0
 #: Longest an `events` or `wait` request is parked on the head, in seconds.
 MAX_PARK_S = 300.0
 

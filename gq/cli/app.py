@@ -46,10 +46,11 @@ def register() -> None:
     accounting.register(app)
     cluster.register(app)
     admin.register(app)
-    from gq.cli import relay, sim, watch
+    from gq.cli import events, relay, sim, watch
     sim.register(app)
     watch.register(app)
     relay.register(app)
+    events.register(app)
 
 
 def command() -> typer.core.TyperGroup:
