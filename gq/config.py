@@ -116,6 +116,39 @@ class RelayConfig:
 
 
 @dataclass
+class ApiConfig:
+    """`gq api`, the HTTP API (docs/API.md, gq-api(8))."""
+
+    #: HOST:PORT it serves HTTP on: loopback by default (put TLS in front, docs/API.md).
+    listen: str = defaults.API_LISTEN
+    #: gqd's relay endpoint as this host reaches it; "" is [relay] head, else gqd's own
+    #: relay_endpoint with 127.0.0.1 for a wildcard host (gq api on the head host).
+    head: str = ""
+    #: Its key pair, key_dir/NAME.key_secret, listed in gqd's key_dir/relays/ with kind api
+    #: (gq admin keygen --relay NAME --kind api).
+    name: str = "api"
+    #: DEALER sockets to gqd that all HTTP requests share.
+    sockets: int = 2
+    #: TLS: a PEM certificate (chain) and its key; both "" serves plain HTTP.
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: Largest request body, in bytes (413 past it).
+    max_body_bytes: int = defaults.API_MAX_BODY_BYTES
+    #: Most job specs one POST /v1/jobs may hold, and most jobs a page of GET /v1/jobs.
+    max_jobs_per_submit: int = defaults.API_MAX_JOBS_PER_SUBMIT
+    max_page: int = defaults.API_MAX_PAGE
+    #: Requests per second each token may make on average, and in a burst (429 with
+    #: Retry-After past them); 0 is no limit.
+    rate_per_s: float = defaults.API_RATE_PER_S
+    rate_burst: int = defaults.API_RATE_BURST
+    #: Most gq requests waiting for gqd at once, all tokens together (503 past it): a flood of
+    #: HTTP requests queues here, not in gqd.
+    max_in_flight: int = defaults.API_MAX_IN_FLIGHT
+    #: How long gq api waits for gqd's reply, in seconds.
+    timeout_s: float = defaults.CLIENT_TIMEOUT_S
+
+
+@dataclass
 class SchedulerConfig:
     #: Priority points per unit of QOS priority.
     weight_qos: int = 1000
@@ -194,6 +227,7 @@ class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     qos: dict[str, QosConfig] = field(default_factory=_default_qos)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -218,7 +252,8 @@ class Config:
 
 
 _SECTIONS = {"head": HeadConfig, "node": NodeConfig, "client": ClientConfig,
-             "relay": RelayConfig, "scheduler": SchedulerConfig, "auth": AuthConfig}
+             "relay": RelayConfig, "api": ApiConfig, "scheduler": SchedulerConfig,
+             "auth": AuthConfig}
 _DURATION_KEYS = {"default_time", "max_time"}
 
 
@@ -392,10 +427,10 @@ def _personal_head_alive() -> bool:
 
 
 def to_toml(cfg: Config) -> str:
-    """TOML text of the parts `gq up` writes (head, node, client, relay, auth), for a personal
-    cluster."""
+    """TOML text of the parts `gq up` writes (head, node, client, relay, api, auth), for a
+    personal cluster."""
     lines: list[str] = []
-    for section in ("head", "node", "client", "relay"):
+    for section in ("head", "node", "client", "relay", "api"):
         lines.append(f"[{section}]")
         for key, value in dataclasses.asdict(getattr(cfg, section)).items():
             lines.append(f"{key} = {_toml_value(value)}")

@@ -91,6 +91,21 @@ MAX_TOKEN_EXPIRES_S = 3650 * 86400
 MAX_TOKEN_NAME = 100
 MAX_TOKENS_PER_USER = 100
 
+#: gq api: where it serves HTTP; its largest request body, in bytes; most specs per submit and
+#: jobs per listing page; requests per second per token, on average and in a burst; most
+#: requests waiting for gqd at once; how often an idle event stream gets a keep-alive comment
+#: and how long each of its requests is parked on gqd, in seconds; how often `output?follow=1`
+#: looks for more output, in seconds.
+API_LISTEN = "127.0.0.1:6821"
+API_MAX_BODY_BYTES = 16 * 1024 * 1024
+API_MAX_JOBS_PER_SUBMIT = 1000
+API_MAX_PAGE = 1000
+API_RATE_PER_S = 50.0
+API_RATE_BURST = 200
+API_MAX_IN_FLIGHT = 5000
+API_EVENTS_PARK_S = 15.0
+API_OUTPUT_POLL_S = 0.25
+
 #: Most jobs (pending and running) gqd holds before it refuses submits ([head] max_queued_jobs).
 MAX_QUEUED_JOBS = 200_000
 

@@ -43,6 +43,12 @@ class UsageError(GqError):
     code = "usage"
 
 
+class TooLarge(UsageError):
+    """A request body, or a list in it, over gq api's limits (HTTP 413)."""
+
+    code = "too_large"
+
+
 class RefusedError(GqError):
     """The head understood the request and said no."""
 
@@ -105,7 +111,7 @@ class ConfigError(GqError):
 ERRORS_BY_CODE = {cls.code: cls for cls in (GqError, UsageError, RefusedError, NotFoundError,
                                              PermissionDenied, StoreError, ProtocolError,
                                              UnreachableError, Unauthenticated, GoneError,
-                                             RateLimited)}
+                                             RateLimited, TooLarge)}
 
 
 def exit_status(exc: BaseException) -> ExitStatus | None:

@@ -26,6 +26,7 @@ from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedErr
 from gq.head import auth, gate, limits
 from gq.head.auth import Caller
 from gq.head.feed import Feed
+from gq.head import tokens
 from gq.head.tokens import Tokens
 from gq.head.index import JobIndex
 from gq.head.submits import Submits
@@ -217,7 +218,10 @@ class Head:
             raise PermissionDenied(f"permission denied: {msg['type']} needs a token that is not "
                                    "read-only")
         handler = self.handlers.get(msg["type"]) or getattr(self, f"_req_{msg['type']}")
-        return handler(msg, caller, client, now)
+        data = handler(msg, caller, client, now)
+        if data is not None and isinstance(data.get("errors"), _Errors):
+            data["error_codes"] = data["errors"].codes  # each refusal's code, for gq api
+        return data
 
     def token_caller(self, token: object, via: str, now: float) -> Caller:
         """Who a request forwarded by gq api with `token` acts as (Unauthenticated if no one)."""
@@ -359,7 +363,7 @@ class Head:
         """Apply `action` to each job named, and to every live task of an array named by its id
         (tasks it cannot apply to, such as running ones for a hold, are skipped unless all are).
         A job the caller may not touch, or that `action` refuses, is an entry in the errors."""
-        done, errors = [], {}
+        done, errors = [], _Errors()
         for raw in refs:
             try:
                 jobs = [self._owned(job, caller) for job in self._expand(_ref(raw))]
@@ -374,6 +378,7 @@ class Head:
                 done.append(raw)
             except RefusedError as exc:
                 errors[str(raw)] = str(exc)
+                errors.codes[str(raw)] = exc.code
         return done, errors
 
     def _owned(self, job: Job, caller: Caller) -> Job:
@@ -520,6 +525,7 @@ class Head:
         RECENT_S), oldest first: all of them, or with `limit` a page of those after `after`."""
         states = set(msg.get("states") or [])
         after = msg.get("after", 0)
+        msg = {**msg, "user": tokens.listed_user(msg.get("user"), caller)}
         live = self.jobs
         jobs: Iterable[Job] = (live[i] for i in _ids_after(live, after)
                                if not live[i].state.terminal)
@@ -566,7 +572,7 @@ class Head:
                 "expected_nodes": list(res.alloc) if res else None}
 
     def _req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        [job] = self._shown([self.lookup(_ref(msg["id"]))], now)
+        [job] = self._shown([tokens.readable(self.lookup(_ref(msg["id"])), caller)], now)
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
                     cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem,
@@ -1142,6 +1148,14 @@ class Head:
 
 
 _NO_STATS = {"max_rss": None, "total_cpu_s": None}
+
+
+class _Errors(dict):  # type: ignore[type-arg]
+    """Job reference -> why an action was refused, with each refusal's error code (`codes`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: dict[str, str] = {}
 
 
 def _ref(raw: Any) -> int | str:

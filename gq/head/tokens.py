@@ -20,7 +20,8 @@ from typing import Any
 
 from gq import defaults
 from gq.errors import NotFoundError, PermissionDenied, RefusedError, Unauthenticated, UsageError
-from gq.head.auth import Caller
+from gq.head.auth import VIA_API, Caller
+from gq.model import Job
 from gq.store import Store
 
 #: What every token starts with (so a leaked one is easy to find in logs and repositories).
@@ -126,6 +127,29 @@ class Tokens:
                                   "expired; make a new one with gq token create")
         found.last_used = now
         return found
+
+
+def private(caller: Caller) -> bool:
+    """Whether the caller sees only their own jobs: one acting through gq api with a token of
+    a user who is not an admin (as everyone's events are). The CLI's reading stays open."""
+    return caller.via.startswith(VIA_API + " ") and not caller.admin
+
+
+def readable(job: Job, caller: Caller) -> Job:
+    """`job`, or PermissionDenied for a private caller who does not own it."""
+    if private(caller) and job.spec.uid != caller.uid:
+        raise PermissionDenied(f"permission denied: job {job.ref} belongs to {job.spec.user}")
+    return job
+
+
+def listed_user(user: str | None, caller: Caller) -> str | None:
+    """Whose jobs a listing shows: a private caller's own (asking for another's is refused)."""
+    if not private(caller):
+        return user
+    if user not in (None, caller.user):
+        raise PermissionDenied(f"permission denied: only admins list other users' jobs "
+                               f"through gq api ({caller.user} asked for {user}'s)")
+    return caller.user
 
 
 def _uid_of(user: str) -> int:
