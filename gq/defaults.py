@@ -70,7 +70,7 @@ PASS_SPACING = 1.0
 
 #: Job and node events ([head] events_keep_s, events_keep_rows): kept this long, in seconds,
 #: and at most this many; gqd prunes older ones every EVENTS_PRUNE_S seconds.
-EVENTS_KEEP_S = 7 * 86400
+EVENTS_KEEP_S = 7 * 86400.0
 EVENTS_KEEP_ROWS = 1_000_000
 EVENTS_PRUNE_S = 60.0
 #: Events in one reply when the request names no limit, and the most one may name.

@@ -10,6 +10,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from gq import config as config_mod
 from gq import keys, service
@@ -56,7 +57,6 @@ def serve(cfg: config_mod.Config, name: str) -> int:
     if not _loopback(host) and not cfg.api.tls_cert:
         log.warning("[api] listen %s is not loopback and has no TLS: tokens cross the network "
                     "in clear (put a TLS proxy in front, docs/API.md)", cfg.api.listen)
-    service.notify("READY=1")
     server.run()
     service.notify("STOPPING=1")
     return 0
@@ -69,6 +69,10 @@ def _server_class() -> type:
         """uvicorn's server, stopped by gq's rule: SIGTERM or SIGINT ends it gracefully and gq
         api exits 0 (uvicorn itself raises the signal again after its shutdown); a second one
         ends it at once."""
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            service.notify("READY=1")  # listening now (systemd's Type=notify)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:

@@ -75,7 +75,7 @@ class Feed:
             since = first - 1 if msg.get("oldest") else last
         elif since < first - 1:
             raise GoneError(f"events after {since} are no longer kept: the oldest is {first} "
-                            f"(kept {defaults.EVENTS_KEEP_S // 86400} days by default, "
+                            f"(kept {defaults.EVENTS_KEEP_S / 86400:g} days by default, "
                             "[head] events_keep_s); ask from there")
         elif since > last:
             raise GoneError(f"event {since} is past the last one, {last}: was gqd's database "
