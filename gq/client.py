@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from gq import config as config_mod
 from gq import defaults, gcpause, protocol, zmtp
-from gq.errors import ERRORS_BY_CODE, GqError, ProtocolError, UnreachableError
+from gq.errors import ERRORS_BY_CODE, GqError, ProtocolError, UnreachableError, UsageError
 
 if TYPE_CHECKING:  # gq.model's dataclasses are not loaded for the CLI's requests
     from gq.model import JobSpec
@@ -102,10 +102,14 @@ class Client:
     def request(self, msg_type: str, timeout_s: float | None = None, **fields: Any
                 ) -> dict[str, Any]:
         """Send one request and return the reply's data; errors come back as GqError kin."""
-        conn = self._connection()
         rid = next(self._rids)
         payload = protocol.encode(msg_type, rid=rid, claim_uid=self._uid,
                                   claim_user=self._user, **fields)
+        if len(payload) > defaults.MAX_MESSAGE_BYTES:  # gqd would drop the connection
+            raise UsageError(f"the {msg_type} request is {len(payload)} bytes, over gq's "
+                             f"{defaults.MAX_MESSAGE_BYTES}-byte message limit: send fewer "
+                             "jobs per request (an array of many tasks is one job)")
+        conn = self._connection()
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
         try:
             conn.send(payload, deadline - time.monotonic())
@@ -120,22 +124,37 @@ class Client:
                     cls = ERRORS_BY_CODE.get(reply.get("code", ""), GqError)
                     raise cls(str(reply.get("error", "request refused")))
                 return {k: v for k, v in reply.items() if k not in ("v", "type", "rid", "ok")}
-        except (zmtp.Closed, TimeoutError):
-            pass  # the head went away (or took nothing) with the request: as no answer
+        except zmtp.Closed:
+            self.close()
+            raise UnreachableError(self._closed(len(payload))) from None
+        except TimeoutError:
+            pass  # the head took nothing of the request: as no answer
         # The request may still be handled; a new connection keeps a late reply from
         # confusing us.
         self.close()
         raise UnreachableError(f"gq head at {self.endpoint} did not answer within "
                                f"{self.timeout_s:g}s: {START_HINT}")
 
+    def _closed(self, size: int) -> str:
+        """Why gqd may have closed the connection with our request unanswered."""
+        why = "it may have restarted; try again"
+        if self.endpoint.startswith("tcp://") and size > defaults.MAX_TCP_REQUEST_BYTES:
+            why = (f"a request over TCP may be at most {defaults.MAX_TCP_REQUEST_BYTES} bytes "
+                   f"(this one is {size}); use the head's ipc socket")
+        return f"the gq head at {self.endpoint} closed the connection without answering: {why}"
+
     def ping(self) -> dict[str, Any]:
-        """The head's protocol version and who it takes the caller for (user, uid, proven)."""
+        """The head's protocol version and who it takes the caller for (user, uid, proven, and
+        via: the relay or node that vouched for the caller, "" when none did)."""
         return self.request(protocol.PING)
 
     def submit(self, specs: list[JobSpec] | list[dict[str, Any]]) -> list[int]:
         """Queue jobs (all or none, one commit); their ids, an array's being its first task's.
         The head sets each job's user, uid and gid from the caller (see `wrap`). A spec may
         also be given in its wire form, `JobSpec.to_dict()`'s (as `gq submit` builds it)."""
+        if len(specs) > defaults.MAX_SUBMIT_SPECS:
+            raise UsageError(f"a submit may carry at most {defaults.MAX_SUBMIT_SPECS} jobs, not "
+                             f"{len(specs)}: send several (an array of many tasks is one job)")
         return list(self.request(protocol.SUBMIT, jobs=[
             s if type(s) is dict else s.to_dict() for s in specs])["ids"])
 

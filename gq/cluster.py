@@ -22,6 +22,7 @@ from gq import config as config_mod
 from gq import keys
 from gq.client import Client
 from gq.errors import GqError, RefusedError, UnreachableError
+from gq.fsutil import private_dir
 from gq.model import parse_iso_time
 from gq.pidfile import read_alive
 
@@ -152,10 +153,13 @@ def _me() -> str:
 
 
 def _spawn(args: list[str], log: Path) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    """Start a daemon in the background, its output to `log`; under umask 0077 from the start
+    (the daemons set it themselves too), so that nothing of it is readable by other users."""
+    private_dir(log.parent, 0o700)
+    with open(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600),
+              "ab") as out:
         subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL, stdout=out,
-                         stderr=out, start_new_session=True, close_fds=True)
+                         stderr=out, start_new_session=True, close_fds=True, umask=0o077)
 
 
 def up(nodes: int | None, fake_gpus: str | None, layout: Layout | None = None,

@@ -2,8 +2,30 @@
 
 #: Wire protocol version; a peer speaking another version gets an error reply.
 PROTOCOL_VERSION = 1
-#: Largest message gqd accepts, in bytes (a 10,000-task array spec fits easily).
+#: Largest message gqd accepts, in bytes (a 10,000-task array spec fits easily). libzmq drops
+#: the connection of a peer sending a larger frame before gqd sees any of it (MAXMSGSIZE).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Largest request on a TCP client endpoint (callers there may only read, unless [auth]
+#: trust_tcp), and largest message from a node (its heartbeat's longest health line is 64 KiB),
+#: in bytes.
+MAX_TCP_REQUEST_BYTES = 1024 * 1024
+MAX_NODE_MESSAGE_BYTES = 1024 * 1024
+#: Most job specs in one submit request (an array of 100,000 tasks is one spec): a script with
+#: more sends several requests (scripts/bench sends 5,000 a request).
+MAX_SUBMIT_SPECS = 10_000
+#: Most lists and maps in one message gqd or gqnode receives (a spec has three: itself, its env
+#: and its args). A 16 MiB frame holds 16 million empty maps, which msgpack takes seconds and a
+#: gigabyte to build; the unpacking stops past this many.
+MAX_CONTAINERS = 4 * MAX_SUBMIT_SPECS + 1000
+#: Client frames of up to this many bytes a turn of gqd's loop reads from one socket (at least
+#: one; the rest wait in libzmq's queue, which takes each connection in turn). A frame over
+#: DECODE_SLICE_BYTES instead waits with the large ones, which the loop unpacks for at most
+#: DECODE_SLICE_S a turn, DECODE_SLICE_BYTES at a time; frames of up to MAX_DECODING_BYTES in
+#: all wait so, and a large frame past that is refused as "busy".
+RECV_BYTES_PER_TURN = 256 * 1024
+DECODE_SLICE_BYTES = 64 * 1024
+DECODE_SLICE_S = 0.005
+MAX_DECODING_BYTES = 4 * MAX_MESSAGE_BYTES
 
 #: How often gqnode tells gqd it is alive, in seconds.
 HEARTBEAT_INTERVAL_S = 2.0

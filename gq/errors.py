@@ -9,7 +9,9 @@ import errno
 
 
 class ExitStatus(enum.IntEnum):
-    """Exit statuses of `gq` (the DESIGN's contract, gq(1) EXIT STATUS), gqd and gqnode."""
+    """Exit statuses of `gq` (the DESIGN's contract, gq(1) EXIT STATUS), gqd and gqnode; gqd
+    has one status a class when it refuses its database (StoreRefused), so a unit or a script
+    can tell them apart."""
 
     OK = 0
     #: The head refused the request; the reason is on stderr.
@@ -26,6 +28,18 @@ class ExitStatus(enum.IntEnum):
     UNREACHABLE = 3
     #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
     INTERRUPTED = 130
+    #: gqd's database is missing, though its mark says a cluster ran here.
+    STORE_MISSING = 10
+    #: gqd's database is an empty (0-byte) file.
+    STORE_EMPTY = 11
+    #: gqd's database is shorter than its own header says.
+    STORE_TRUNCATED = 12
+    #: gqd's database fails SQLite's integrity check, or is not a gq database at all.
+    STORE_CORRUPT = 13
+    #: gqd's database holds less than gqd acknowledged (a lost WAL, an old copy put back).
+    STORE_BEHIND = 14
+    #: gqd's database has a newer schema than this gq knows.
+    STORE_NEWER = 15
 
 
 class GqError(Exception):
@@ -85,6 +99,36 @@ class StoreError(RefusedError):
     """The store could not commit (disk full, I/O error); nothing was accepted."""
 
     code = "store"
+
+
+class StoreRefused(GqError):
+    """gqd will not open its database (see the subclasses); it wrote nothing to it."""
+
+    code = "store_refused"
+
+
+class StoreMissing(StoreRefused):
+    exit_status = ExitStatus.STORE_MISSING
+
+
+class StoreEmpty(StoreRefused):
+    exit_status = ExitStatus.STORE_EMPTY
+
+
+class StoreTruncated(StoreRefused):
+    exit_status = ExitStatus.STORE_TRUNCATED
+
+
+class StoreCorrupt(StoreRefused):
+    exit_status = ExitStatus.STORE_CORRUPT
+
+
+class StoreBehind(StoreRefused):
+    exit_status = ExitStatus.STORE_BEHIND
+
+
+class StoreNewer(StoreRefused):
+    exit_status = ExitStatus.STORE_NEWER
 
 
 class ProtocolError(GqError):

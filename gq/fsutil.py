@@ -1,4 +1,5 @@
-"""Crash-safe file writes: a reader sees the old file or the whole new one, never half."""
+"""Crash-safe file writes (a reader sees the old file or the whole new one, never half), and
+directories with exactly the mode they need."""
 
 from __future__ import annotations
 
@@ -28,13 +29,48 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    if not durable:
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    if durable:
+        fsync_dir(path.parent)  # the rename itself must survive a power cut
+
+
+def fsync_dir(path: Path) -> None:
+    """Make what was created, renamed or removed in directory `path` survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(dir_fd)  # the rename itself must survive a power cut
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
+
+
+def rename_durably(tmp: Path, path: Path) -> None:
+    """fsync the complete file `tmp`, then rename it to `path`, durably: whole or not at all."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def make_dirs(path: Path, mode: int = 0o755) -> None:
+    """Create `path` and its missing parents, each with exactly `mode` whatever the umask (gq's
+    daemons run under 0077); directories that exist are left as they are."""
+    for directory in (*reversed(path.parents), path):
+        if not directory.exists():
+            directory.mkdir(exist_ok=True)
+            os.chmod(directory, mode)
+
+
+def private_dir(path: Path, mode: int) -> None:
+    """Create `path` if need be and give it exactly `mode` (0700, or 0711 where others must pass
+    through but not list): a directory made by an older gq, or under a loose umask, is
+    tightened. Missing parents get 0755, as before gq's daemons set a 0077 umask: a node's run
+    directories below may have to be reached by their jobs' owners."""
+    make_dirs(path.parent)
+    path.mkdir(exist_ok=True, mode=mode)
+    if path.stat().st_mode & 0o7777 != mode:
+        os.chmod(path, mode)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -15,8 +15,10 @@ from typing import Any
 import msgpack
 
 from gq import spec as spec_fields
-from gq.defaults import MAX_MESSAGE_BYTES, PROTOCOL_VERSION
+from gq import unpack
+from gq.defaults import MAX_ARRAY_INDEX, MAX_SUBMIT_SPECS, PROTOCOL_VERSION
 from gq.errors import ProtocolError
+from gq.unpack import clip
 
 # Client -> head requests.
 PING = "ping"
@@ -78,35 +80,81 @@ _LIST = (list,)
 _OPT_LIST = (list, _NONE)
 _DICT = (dict,)
 
-#: Field -> (accepted types, required). Strings are also length-checked (MAX_STR), and
-#: RANGES and the NUL check apply to a field of that name wherever it appears.
+#: Field -> (accepted types, required). Strings are also length-checked (LENGTHS, else MAX_STR),
+#: and RANGES, COUNTS and the NUL check apply to a field of that name wherever it appears;
+#: RULES say what a message's container fields hold.
 Schema = dict[str, tuple[tuple[type, ...], bool]]
 MAX_STR = 4096
 MAX_SCRIPT = 1024 * 1024
-#: Most items in a list field (job ids, specs, nodes, env entries ...).
+#: Most items in a list field (job ids, nodes, env entries ...) unless COUNTS says fewer.
 MAX_LIST = 100_000
 #: Longest note a node sends with a job's end (why it failed to start).
 MAX_NOTE = 1000
+#: Most fields of one message, and the deepest nesting of a field no schema describes (the
+#: schema fixes the depth of the others).
+MAX_FIELDS = 64
+MAX_DEPTH = 8
+#: Most items in all the fields of a message that no schema names (its walk costs as much).
+MAX_EXTRA_ITEMS = 10_000
+#: Most job references of one request given as ARRAYID_INDEX text (each read with a pattern;
+#: job ids are checked all at once).
+MAX_REF_TEXTS = 10_000
+#: Longest health problem a node reports: its health check's first line of output is read up
+#: to 64 KiB.
+MAX_HEALTH_LINE = 128 * 1024
 _I64 = 2**63 - 1
-_ANY_INT = (-math.inf, math.inf)
-#: Integer fields' accepted ranges (inclusive).
-RANGES: dict[str, tuple[int, int]] = {
+#: What SQLite stores: an int field RANGES does not name may take any of these, a float any
+#: finite value.
+_ANY_INT = (-(2**63), _I64)
+_ANY_FLOAT = (-math.inf, math.inf)
+#: Seconds since the epoch a date can show (years 1 to 9999), and durations in seconds.
+_TIME = (-62_135_596_800, 253_402_300_799)
+_DURATION = (0, 10 * 365 * 86400)
+_UID = (-1, 2**32 - 1)
+#: Number fields' accepted ranges (inclusive); a list field's int items take their field's.
+RANGES: dict[str, tuple[float, float]] = {
+    # ids, counters and paging
     "rid": (0, _I64), "id": (1, _I64), "job_id": (1, _I64), "seq": (0, _I64),
-    "restart": (0, 1_000_000), "rank": (0, 65_535), "uid": (-1, 2**32 - 1),
-    "gid": (-1, 2**32 - 1), "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31),
-    "mem": (0, _I64), "gpu_mem": (0, _I64), "time_limit_s": (0, 10 * 365 * 86400),
-    "exit_code": (-255, 65_535), "retries": (0, 1_000_000), "after": (0, _I64),
-    "limit": (1, MAX_LIST), "max_rss": (0, _I64), AS_UID: (0, 2**32 - 1),
-    "since": (0, _I64), "job": (1, _I64), "array": (1, _I64),
+    "after": (0, _I64), "limit": (1, MAX_LIST), "restart": (0, 1_000_000),
+    "rank": (0, 65_535), "index": (0, 65_535),
+    # who
+    "uid": _UID, "gid": _UID, "claim_uid": _UID, AS_UID: _UID,
+    # sizes and counts (memory in bytes)
+    "nodes": (0, 65_535), "gpus": (0, 65_535), "cpus": (0, 2**31), "mem": (0, _I64),
+    "gpu_mem": (0, _I64), "memory": (0, _I64), "retries": (0, 1_000_000),
+    "exit_code": (-255, 65_535), "max_rss": (0, _I64), "cpu_s": (0, 2**53),
+    # times and durations
+    "since": _TIME, "until": _TIME, "time": _TIME, "time_limit_s": _DURATION,
+    # a spec's --begin: shown as a date in every listing (1e300 made each one fail)
+    "begin_time": _TIME,
+    "park_s": _DURATION, "grace_s": _DURATION,
+    # events (gq/head/feed.py): a sequence number, a job's and an array's id
+    "job": (1, _I64), "array": (1, _I64), "expires_s": (1, 3650 * 86400),
 }
+#: Most items of a list field, where fewer than MAX_LIST make sense.
+COUNTS: dict[str, int] = {"jobs": MAX_SUBMIT_SPECS, "states": 64, "fields": 256, "gpus": 1024,
+                          "health": 1024, "telemetry": 1024, "running": 10_000}
+#: Most telemetry readings of one GPU (NVML's: util, mem_used, temp).
+MAX_READINGS = 32
+#: Longest string of a field (or of each item of a list field), where it is not MAX_STR.
+LENGTHS: dict[str, int] = {"script": MAX_SCRIPT, "health": MAX_HEALTH_LINE}
 #: Any name execve takes (exported bash functions are `BASH_FUNC_name%%`), but no '='.
 _ENV_NAME = re.compile(r"^[^=\0]{1,1024}$")
+#: A job reference as text, as gq.arrays.parse_ref reads it (ASCII digits only).
+_REF_TEXT = re.compile(r"\s*([0-9]{1,19})(?:_([0-9]{1,19}))?\s*", re.ASCII)
+_GPU_INDEX = re.compile(r"[0-9]{1,5}", re.ASCII)
 
 #: A job spec's fields, as gq/spec.py declares them; their ranges (RANGES) hold the bounds
 #: it declares (tests/test_spec.py), which `gq.spec.check` applies with its own wording.
 SPEC_SCHEMA: Schema = {f.name: (f.types, f.required) for f in spec_fields.FIELDS}
+#: A GPU as a node registers it.
+GPU_SCHEMA: Schema = {"index": (_INT, True), "type": (_STR, True), "memory": (_INT, True),
+                      "uuid": (_STR, False), "name": (_STR, False)}
+#: What every client request may carry: its id (echoed by the reply) and, for a caller the
+#: kernel cannot vouch for (TCP), who it claims to be.
+_CALLER: Schema = {"rid": (_INT, False), "claim_uid": (_INT, False), "claim_user": (_STR, False)}
 
-SCHEMAS: dict[str, Schema] = {
+_CLIENT_SCHEMAS: dict[str, Schema] = {
     PING: {},
     SUBMIT: {"jobs": (_LIST, True)},
     # signal (scancel --signal): send it to the running jobs (only their script with
@@ -153,15 +201,20 @@ SCHEMAS: dict[str, Schema] = {
     TOKEN_LIST: {"all": (_BOOL, False)},
     # Reply as for hold: done (token ids) and errors (id -> why not).
     TOKEN_REVOKE: {"ids": (_LIST, True)},
+}
+
+SCHEMAS: dict[str, Schema] = {
+    **{kind: {**_CALLER, **fields} for kind, fields in _CLIENT_SCHEMAS.items()},
     # running: [job_id, restart] of every run the node holds, alive or ended with its report
     # not yet acked; the head requeues a run it knows started there and that is missing.
     REGISTER: {"node": (_STR, True), "gpus": (_LIST, True), "cpus": (_INT, True),
                "mem": (_INT, True), "running": (_LIST, True), "gpu_source": (_STR, False),
                "addr": (_STR, False)},
-    # disk: why the node's state disk cannot take a job ("" or absent: it can); gqd drains the
-    # node while it says so and lets its running jobs go on (health problems stop them).
+    # telemetry: GPU index (as text) -> reading -> number; health: problems, one line each.
     HEARTBEAT: {"node": (_STR, True), "telemetry": (_DICT, False), "health": (_LIST, False),
                 "disk": (_OPT_STR, False)},
+    # disk: why the node's state disk cannot take a job ("" or absent: it can); gqd drains the
+    # node while it says so and lets its running jobs go on (health problems stop them).
     # max_rss (bytes) and cpu_s (seconds): what a finished run used on the node (Slurm's
     # MaxRSS and TotalCPU), when the node knows.
     REPORT: {"node": (_STR, True), "seq": (_INT, True), "job_id": (_INT, True),
@@ -226,29 +279,56 @@ def encode(msg_type: str, **fields: Any) -> bytes:
     return b"".join(out)
 
 
-def decode(frame: bytes, allowed: frozenset[str] | None = None) -> dict[str, Any]:
+# ---------------------------------------------------------------- decoding
+
+#: msgpack's own limits for what gqd and gqnode receive (gq.unpack): no string, list or map
+#: longer than a field takes, no extension types.
+LIMITS: unpack.Limits = {"max_str_len": MAX_SCRIPT, "max_bin_len": MAX_STR,
+                         "max_array_len": MAX_LIST, "max_map_len": MAX_LIST, "max_ext_len": 0}
+#: Replies come from gqd, which the client trusts: a page may hold 100,000 records.
+_REPLIES = frozenset({REPLY})
+
+
+def decode(frame: bytes | memoryview, allowed: frozenset[str] | None = None) -> dict[str, Any]:
     """A validated message, or ProtocolError saying exactly what is wrong with it."""
-    if len(frame) > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {len(frame)} bytes is over the {MAX_MESSAGE_BYTES} limit")
-    try:
-        msg = msgpack.unpackb(frame, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types for bad input
-        raise ProtocolError(f"undecodable message: {type(exc).__name__}") from None
-    if not isinstance(msg, dict):
+    return checked(unpack.unpack(frame, None if allowed == _REPLIES else LIMITS), allowed)
+
+
+def unpacking(frame: bytes | memoryview) -> unpack.Unpacking:
+    """`frame` to be unpacked a slice at a time (then `checked`), within LIMITS."""
+    return unpack.Unpacking(frame, LIMITS)
+
+
+def rid_of(frame: bytes | memoryview) -> int:
+    """The request id of a possibly malformed request (0 when none can be read quickly)."""
+    low, high = RANGES["rid"]
+    return unpack.rid_of(frame, LIMITS, int(low), int(high))
+
+
+def checked(msg: Any, allowed: frozenset[str] | None = None) -> dict[str, Any]:
+    """`msg` (unpacked) if it is a valid message of an `allowed` type; else ProtocolError."""
+    if type(msg) is not dict:
         raise ProtocolError("message is not a map")
     if type(msg.get("v")) is not int or msg["v"] != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {msg.get('v')!r} not supported "
+        raise ProtocolError(f"protocol version {clip(msg.get('v'))} not supported "
                             f"(this peer speaks {PROTOCOL_VERSION})")
     msg_type = msg.get("type")
     if not isinstance(msg_type, str) or msg_type not in SCHEMAS or (
             allowed is not None and msg_type not in allowed):
-        raise ProtocolError(f"unknown message type {msg_type!r}")
-    check(msg, SCHEMAS[msg_type], msg_type)
+        raise ProtocolError(f"unknown message type {clip(msg_type)}")
+    schema = SCHEMAS[msg_type]
+    check(msg, schema, msg_type)
+    if msg_type != REPLY:  # a reply's data is the client's to read
+        if len(msg) > MAX_FIELDS:
+            raise ProtocolError(f"{msg_type}: {len(msg)} fields, over {MAX_FIELDS}")
+        _check_extras(msg, schema, msg_type)
     return msg
 
 
 def check(obj: dict[str, Any], schema: Schema, what: str) -> None:
-    """Raise ProtocolError unless `obj` has the schema's required fields with the right types."""
+    """Raise ProtocolError unless `obj` has the schema's required fields with the right types,
+    in range, and (for a message, `what` being its type) holding what RULES say."""
+    rules = RULES.get(what)
     for key, (types, required) in schema.items():
         if key not in obj:
             if required:
@@ -256,10 +336,14 @@ def check(obj: dict[str, Any], schema: Schema, what: str) -> None:
             continue
         value = obj[key]
         kind = type(value)
-        # The usual cases first, each checked as the general code below would, for speed: a
-        # bulk submit checks some thirty fields of each of thousands of specs.
+        if rules is not None and key in rules and value is not None:
+            _check_value(key, value, types, what)
+            rules[key](key, value, what)
+            continue
+        # The usual cases first, each checked as _check_value would, for speed: a bulk submit
+        # checks some thirty fields of each of thousands of specs.
         if kind is str and str in types:
-            if len(value) > (MAX_SCRIPT if key == "script" else MAX_STR):
+            if len(value) > LENGTHS.get(key, MAX_STR):
                 raise ProtocolError(f"{what}: field {key!r} is too long")
             if key != "script" and "\0" in value:
                 raise ProtocolError(f"{what}: field {key!r} contains a NUL character")
@@ -272,30 +356,165 @@ def check(obj: dict[str, Any], schema: Schema, what: str) -> None:
         if (value is None and _NONE in types) or (kind is bool and bool in types) or (
                 kind is dict and dict in types):
             continue
-        # bool is an int in Python; never accept it where a number is meant.
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ProtocolError(f"{what}: field {key!r} has type {type(value).__name__}")
-        if isinstance(value, str) and len(value) > (MAX_SCRIPT if key == "script" else MAX_STR):
-            raise ProtocolError(f"{what}: field {key!r} is too long")
-        _check_value(key, value, what)
+        _check_value(key, value, types, what)
+        if kind is list:
+            for item in value:  # a spec's args: the rest have RULES
+                if type(item) is str and "\0" in item:
+                    raise ProtocolError(f"{what}: field {key!r} contains a NUL character")
 
 
-def _check_value(key: str, value: Any, what: str) -> None:
-    """Ranges, list items and characters: what a type check alone lets through."""
+def _check_value(key: str, value: Any, types: tuple[type, ...], what: str) -> None:
+    """Type, range, length and characters of one field's value (not what a list holds)."""
+    # bool is an int in Python; never accept it where a number is meant.
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise ProtocolError(f"{what}: field {key!r} has type {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ProtocolError(f"{what}: field {key!r} is not a finite number")
-    if isinstance(value, int) and not isinstance(value, bool) and key in RANGES:
-        low, high = RANGES[key]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high = RANGES.get(key, _ANY_FLOAT if isinstance(value, float) else _ANY_INT)
         if not low <= value <= high:
             raise ProtocolError(f"{what}: field {key!r} is {value}, outside {low}..{high}")
-    if isinstance(value, str) and "\0" in value and key != "script":
-        raise ProtocolError(f"{what}: field {key!r} contains a NUL character")
-    if isinstance(value, list):
-        if len(value) > MAX_LIST:
-            raise ProtocolError(f"{what}: field {key!r} has over {MAX_LIST} items")
-        for item in value:  # item types are the handlers' to check (ids, names, specs)
-            if isinstance(item, str):
-                _check_value(key, item, what)
+    elif isinstance(value, str):
+        if len(value) > LENGTHS.get(key, MAX_STR):
+            raise ProtocolError(f"{what}: field {key!r} is too long")
+        if "\0" in value and key != "script":
+            raise ProtocolError(f"{what}: field {key!r} contains a NUL character")
+    elif isinstance(value, list) and len(value) > COUNTS.get(key, MAX_LIST):
+        raise ProtocolError(f"{what}: field {key!r} has over {COUNTS.get(key, MAX_LIST)} items")
+
+
+def _check_extras(obj: dict[str, Any], schema: Schema, what: str) -> None:
+    """Fields no schema names are kept (a newer peer's) but never read: they may not nest
+    deeper than MAX_DEPTH, nor hold over MAX_EXTRA_ITEMS items in all."""
+    left = MAX_EXTRA_ITEMS
+    for key, value in obj.items():
+        if key in schema or (type(value) is not list and type(value) is not dict):
+            continue
+        level, depth = [value], 1
+        while level:
+            left -= sum(map(len, level))
+            if depth > MAX_DEPTH or left < 0:
+                raise ProtocolError(f"{what}: field {clip(key)} nests deeper than {MAX_DEPTH}"
+                                    if depth > MAX_DEPTH else f"{what}: fields no schema names"
+                                    f" hold over {MAX_EXTRA_ITEMS} items")
+            level = [x for v in level for x in (v.values() if type(v) is dict else v)
+                     if type(x) is list or type(x) is dict]
+            depth += 1
+
+
+# ---------------------------------------------------------------- what container fields hold
+
+#: A rule for a field's contents: (field, value, message type) -> None, or ProtocolError.
+Rule = Callable[[str, Any, str], None]
+
+
+def _bad_item(what: str, key: str, i: int, item: Any, expected: str) -> ProtocolError:
+    return ProtocolError(f"{what}: {key}[{i}] is {clip(item)}, not {expected}")
+
+
+def _items(types: tuple[type, ...], like: str | None = None) -> Rule:
+    """Each item one of `types`, an int in the range (a string no longer than the length) of
+    the field `like` (default: the field itself)."""
+    expected = " or ".join(t.__name__ for t in types)
+
+    def rule(key: str, value: list[Any], what: str) -> None:
+        name = like or key
+        if types == _STR and all(type(s) is str for s in value):  # the usual case, at once
+            if value and (max(map(len, value)) > LENGTHS.get(name, MAX_STR)
+                          or "\0" in "".join(value)):
+                raise ProtocolError(f"{what}: an item of {key!r} is too long or has a NUL")
+            return
+        low, high = RANGES.get(name, _ANY_INT)
+        for i, item in enumerate(value):
+            kind = type(item)
+            if kind not in types or (kind is int and not low <= item <= high) or (
+                    kind is str and (len(item) > LENGTHS.get(name, MAX_STR) or "\0" in item)):
+                raise _bad_item(what, key, i, item, f"{expected} (in range, without NUL)")
+    return rule
+
+
+def _maps(schema: Schema) -> Rule:
+    """Each item a map with `schema`'s fields."""
+    def rule(key: str, value: list[Any], what: str) -> None:
+        for i, item in enumerate(value):
+            where = f"{what}: {key}[{i}]"
+            if type(item) is not dict:
+                raise ProtocolError(f"{where} has type {type(item).__name__}, not a map")
+            check(item, schema, where)
+            for name, field in item.items():  # nothing nested beside what the schema names
+                if name not in schema and (type(field) is list or type(field) is dict):
+                    raise ProtocolError(f"{where}: field {clip(name)} holds a container")
+    return rule
+
+
+def _int_pairs(first: str, second: str) -> Rule:
+    """Each item a list [first, second] of ints in those fields' ranges."""
+    (low1, high1), (low2, high2) = RANGES[first], RANGES[second]
+
+    def rule(key: str, value: list[Any], what: str) -> None:
+        for i, item in enumerate(value):
+            if type(item) is not list or len(item) != 2 or type(item[0]) is not int or \
+                    type(item[1]) is not int or not low1 <= item[0] <= high1 or \
+                    not low2 <= item[1] <= high2:
+                raise _bad_item(what, key, i, item, f"[{first}, {second}]")
+    return rule
+
+
+def _refs(key: str, value: Any, what: str) -> None:
+    """A job reference, or a list of them: a job id, or an ARRAYID_INDEX string."""
+    low, high = RANGES["id"]
+    items = value if type(value) is list else [value]
+    if all(type(i) is int for i in items):  # the usual case, at once
+        if not items or low <= min(items) and max(items) <= high:
+            return
+    elif sum(type(i) is str for i in items) > MAX_REF_TEXTS:
+        raise ProtocolError(f"{what}: {key!r} holds over {MAX_REF_TEXTS} ARRAYID_INDEX strings")
+    for i, item in enumerate(items):
+        if type(item) is int and low <= item <= high:
+            continue
+        m = _REF_TEXT.fullmatch(item) if type(item) is str else None
+        if m is None or not low <= int(m[1]) <= high or (
+                m[2] is not None and int(m[2]) > MAX_ARRAY_INDEX):
+            raise _bad_item(what, key, i, item, f"a job id (1..{high}) or ARRAYID_INDEX")
+
+
+def _telemetry(key: str, value: dict[Any, Any], what: str) -> None:
+    """GPU index (as text) -> reading name -> a number (or None); a reading may not take the
+    name of a GPU's own field, with which `gq nodes` shows it."""
+    if len(value) > COUNTS["telemetry"]:
+        raise ProtocolError(f"{what}: {key!r} has over {COUNTS['telemetry']} GPUs")
+    for gpu, readings in value.items():
+        if type(gpu) is not str or not _GPU_INDEX.fullmatch(gpu) or type(readings) is not dict \
+                or len(readings) > MAX_READINGS:
+            raise ProtocolError(f"{what}: {key!r} must map GPU indices to readings, not "
+                                f"{clip(gpu)} to {clip(readings)}")
+        for name, reading in readings.items():
+            kind = type(reading)
+            if type(name) is not str or len(name) > 64 or name in _GPU_FIELDS or not (
+                    reading is None or (kind is int and _ANY_INT[0] <= reading <= _ANY_INT[1])
+                    or (kind is float and math.isfinite(reading))):
+                raise ProtocolError(f"{what}: {key!r} of GPU {gpu}: reading {clip(name)} is "
+                                    f"{clip(reading)}, not a number")
+
+
+#: What `gq nodes` shows of a GPU besides its telemetry.
+_GPU_FIELDS = frozenset({*GPU_SCHEMA, "job"})
+_STRINGS = _items(_STR)
+#: Message type -> field -> what the field holds, checked after its type.
+RULES: dict[str, dict[str, Rule]] = {
+    **{kind: {"ids": _refs} for kind in (CANCEL, WAIT, HOLD, RELEASE, REQUEUE, UPDATE)},
+    SUBMIT: {"jobs": _items(_DICT)},  # each a job spec, checked (check_spec) as gqd takes it
+    SHOW: {"id": _refs},
+    QUEUE: {"states": _STRINGS, "fields": _STRINGS},
+    HISTORY: {"states": _STRINGS},
+    DRAIN: {"nodes": _STRINGS},
+    RESUME: {"nodes": _STRINGS},
+    REGISTER: {"gpus": _maps(GPU_SCHEMA), "running": _int_pairs("job_id", "restart")},
+    HEARTBEAT: {"telemetry": _telemetry, "health": _STRINGS},
+    LAUNCH: {"gpus": _items(_INT, like="index"), "nodelist": _STRINGS},
+    EVENTS: {"kinds": _STRINGS},
+    TOKEN_REVOKE: {"ids": _items(_INT, like="id")},
+}
 
 
 def check_spec(spec: Any) -> dict[str, Any]:

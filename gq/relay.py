@@ -33,7 +33,7 @@ from gq import config as config_mod
 from gq import defaults, keys, protocol, service
 from gq.errors import (ConfigError, ExitStatus, GqError, PermissionDenied, ProtocolError,
                        UnreachableError)
-from gq.head.auth import DOMAIN, ZapHandler
+from gq.head.auth import DOMAIN, ZapHandler, user_id_of
 from gq.pidfile import acquire
 
 log = logging.getLogger("gq.relay")
@@ -147,9 +147,9 @@ class Forwarder:
                 continue
             route, payload = frames[0].bytes, frames[1]
             try:
-                self._forward(route, payload.bytes, _user_id(payload))
+                self._forward(route, payload.bytes, user_id_of(payload))
             except GqError as exc:
-                self._send_front(route, protocol.error(_rid_of(payload.bytes), exc.code,
+                self._send_front(route, protocol.error(protocol.rid_of(payload.bytes), exc.code,
                                                        str(exc)))
 
     def _forward(self, route: bytes, payload: bytes, uid: str) -> None:
@@ -157,12 +157,8 @@ class Forwarder:
         if not uid.isdigit():  # the front is ipc only; no uid means no proof
             raise PermissionDenied("permission denied: the relay serves only local callers, "
                                    "whose uid the kernel gives")
-        try:
-            msg = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-        except Exception as exc:  # msgpack raises several unrelated types for bad input
-            raise ProtocolError(f"undecodable message: {type(exc).__name__}") from None
-        if not isinstance(msg, dict):
-            raise ProtocolError("message is not a map")
+        # Only well-formed requests go on (gqd checks them again, and their contents).
+        msg = protocol.decode(payload, protocol.CLIENT_REQUESTS)
         if not self.connected:
             raise UnreachableError(f"this host's {self.what} is not connected to gqd at "
                                    f"{self.head} (see its log)")
@@ -190,21 +186,6 @@ class Forwarder:
                 sock.close(linger=0)
         self.zap.close()
         Path(self.endpoint[len("ipc://"):]).unlink(missing_ok=True)
-
-
-def _user_id(frame: zmq.Frame) -> str:
-    try:
-        return frame.get("User-Id") or ""
-    except (zmq.ZMQError, KeyError):
-        return ""
-
-
-def _rid_of(payload: bytes) -> int:
-    try:
-        rid = msgpack.unpackb(payload, raw=False).get("rid")
-        return rid if isinstance(rid, int) and not isinstance(rid, bool) and rid >= 0 else 0
-    except Exception:
-        return 0
 
 
 def serve(cfg: config_mod.Config, name: str) -> int:

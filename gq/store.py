@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -16,8 +17,9 @@ from typing import Any
 
 import msgpack
 
-from gq import events
-from gq.errors import GqError, StoreError
+from gq import events, storeguard
+from gq.errors import StoreCorrupt, StoreError, StoreNewer, StoreRefused
+from gq.fsutil import rename_durably
 from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
 
 #: Each migration takes the schema from version i to i + 1.
@@ -79,6 +81,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 #: How many arrays' shared spec blobs the store keeps in memory.
 SPEC_CACHE = 64
 
+log = logging.getLogger("gq.store")
+
 _JOB_COLUMNS = ("id, name, user, uid, qos, state, reason, nodes, gpus, gpu_type, time_limit_s, "
                 "submit_time, start_time, end_time, exit_code, alloc, holds_alloc, restart_count, "
                 "array_job_id, array_index, spec, hold, node_fail_count")
@@ -97,21 +101,32 @@ _UPDATABLE = {
 }
 
 
-class SchemaError(GqError):
-    """The database is corrupt or from a newer gq; it is refused, never overwritten."""
+#: The name the store's refusals had before they were split by cause (gq.errors.StoreRefused).
+SchemaError = StoreRefused
 
 
 class Store:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        in_memory = str(path) == ":memory:"
         #: Array job id -> the spec blob its tasks share (see add_staged).
         self._specs: dict[int, bytes] = {}
+        #: Transactions that changed something, ever: meta `commits`, raised by `tx()`.
+        self.commits = 0
+        self._counting = False
+        #: The high-water mark beside the file (gq/storeguard.py); none for ":memory:".
+        self._mark: storeguard.Mark | None = None
+        if not in_memory:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Read-only checks first: a database we refuse must stay byte-identical.
+            if storeguard.check(self.path, SCHEMA_VERSION):
+                _create(self.path)
+        #: The open transaction was rolled back by SQLite under a savepoint (see savepoint).
+        self._lost = False
         # Autocommit mode: transactions are explicit (`tx()`), never implicit.
         self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            # Check before changing anything: a database we refuse must stay byte-identical.
-            self._check_version()
+            self._check_version()  # what storeguard checked, for a ":memory:" one too
             self.conn.execute("PRAGMA journal_mode=WAL")
             # FULL: a commit is on disk (WAL fsynced) before `submit` is answered, so an
             # acknowledged job survives power loss, not only a crash of gqd. Group commit (one
@@ -119,29 +134,49 @@ class Store:
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute("PRAGMA busy_timeout=5000")
             self._migrate()
+            self.commits = self._counter()
+            if not in_memory:
+                _make_private(self.path)
+                self._mark = storeguard.Mark(self.path)
+                self._mark.open()
+                self._mark.write(self.acked())
+            self._counting = True
             # Only gqd opens the store (under its pid lock), so no submit is in the works now.
             if self.conn.execute("SELECT 1 FROM meta WHERE key = 'staged_from'").fetchone():
                 with self.tx():  # a big submit that gqd never committed: none of it is kept
                     self.drop_staged()
         except sqlite3.DatabaseError as exc:
-            self.conn.close()
-            raise SchemaError(f"{self.path} is not a usable gq database: {exc}") from None
-        except SchemaError:
-            self.conn.close()
+            self.close()
+            raise StoreCorrupt(f"{self.path} is not a usable gq database: {exc}") from None
+        except BaseException:
+            self.close()
             raise
 
     def close(self) -> None:
         self.conn.close()
+        if self._mark is not None:
+            self._mark.close()
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; any sqlite error becomes StoreError and nothing is kept."""
+        """One write transaction; any sqlite error becomes StoreError and nothing is kept.
+        One that changed something raises the commit counter with it and, once committed,
+        the mark (gq/storeguard.py): before the caller can answer anyone."""
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot start a transaction: {exc}") from None
+        self._lost = False
+        before = self.conn.total_changes
         try:
             yield self.conn
+            if self._lost:
+                raise sqlite3.OperationalError("SQLite rolled the transaction back after an "
+                                               "error (see the log)")
+            counted = self._counting and self.conn.total_changes != before
+            if counted:
+                self.conn.execute("UPDATE meta SET value = ? WHERE key = 'commits'",
+                                  (str(self.commits + 1),))
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()
@@ -149,10 +184,51 @@ class Store:
         except BaseException:
             self._rollback()
             raise
+        if counted:
+            self.commits += 1
+            if self._mark is not None:
+                self._mark.write(self.acked())
 
     def _rollback(self) -> None:
+        self._specs.clear()  # it may hold rows rolled back, whose ids the next insert takes
         with contextlib.suppress(sqlite3.Error):
             self.conn.execute("ROLLBACK")
+
+    def acked(self) -> storeguard.Acked:
+        """How far this store has got: its commit counter and highest job id."""
+        row = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'").fetchone()
+        return storeguard.Acked(self.commits, int(row[0]) if row else 0)
+
+    def _counter(self) -> int:
+        with self.tx():
+            self.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('commits', '0')")
+        return int(self.conn.execute("SELECT value FROM meta WHERE key = 'commits'").fetchone()[0])
+
+    @contextlib.contextmanager
+    def savepoint(self, name: str, keep: tuple[type[BaseException], ...] = ()
+                  ) -> Iterator[None]:
+        """A savepoint inside the open transaction: an exception rolls back what was written
+        since, except one of `keep` (a refusal the caller raises after its checks), which keeps
+        it. The transaction itself goes on either way."""
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except keep:
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        except BaseException:
+            self._specs.clear()
+            if self.conn.in_transaction:
+                self.conn.execute(f"ROLLBACK TO {name}")
+                self.conn.execute(f"RELEASE {name}")
+            else:
+                # SQLite rolled the whole transaction back (a full disk, an I/O error): what
+                # the caller does next must not commit statement by statement, and the
+                # transaction must fail as a whole.
+                self._lost = True
+                self.conn.execute("BEGIN IMMEDIATE")
+            raise
+        self.conn.execute(f"RELEASE {name}")
 
     # ------------------------------------------------------------ schema
 
@@ -164,22 +240,19 @@ class Store:
                 return 0
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.DatabaseError as exc:
-            raise SchemaError(f"{self.path} is not a usable gq database: {exc}") from None
+            raise StoreCorrupt(f"{self.path} is not a usable gq database: {exc}") from None
         return int(row[0]) if row else 0
 
     def _check_version(self) -> None:
         version = self.schema_version()
         if version > SCHEMA_VERSION:
-            raise SchemaError(f"{self.path} has schema version {version}, newer than this gq "
-                              f"({SCHEMA_VERSION}); refusing to touch it")
+            raise StoreNewer(f"{self.path} has schema version {version}, newer than this gq "
+                             f"({SCHEMA_VERSION}); refusing to touch it")
 
     def _migrate(self) -> None:
         for target in range(self.schema_version(), SCHEMA_VERSION):
             with self.tx() as c:
-                for statement in MIGRATIONS[target]:
-                    c.execute(statement)
-                c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                          (str(target + 1),))
+                _migration(c, target)
 
     # ------------------------------------------------------------ jobs
 
@@ -268,8 +341,8 @@ class Store:
 
     def array_task(self, array_job_id: int, index: int) -> Job | None:
         row = self.conn.execute(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ?",
-            (array_job_id, index)).fetchone()
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE array_job_id = ? AND array_index = ? "
+            f"AND id < {_STAGED_FROM}", (array_job_id, index)).fetchone()
         return self._job(row) if row else None
 
     def history(self, since: float, until: float, user: str | None = None,
@@ -409,6 +482,46 @@ class Store:
 
     def delete_tokens(self, ids: Iterable[int]) -> None:
         self.conn.executemany("DELETE FROM tokens WHERE id = ?", ((i,) for i in ids))
+
+
+def _migration(conn: sqlite3.Connection, target: int) -> None:
+    """Take the schema from version `target` to `target + 1`, inside the caller's transaction."""
+    for statement in MIGRATIONS[target]:
+        conn.execute(statement)
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                 (str(target + 1),))
+
+
+def _create(path: Path) -> None:
+    """A new database, built under a temporary name and renamed into place whole: so a gq.db
+    that exists always holds a schema, and an empty one is damage, never a first start that
+    was cut short. Created 0600: SQLite gives its -wal and -shm the database's mode."""
+    tmp = path.with_name(f".{path.name}.new")
+    for leftover in (tmp, *storeguard.side_files(tmp)):
+        leftover.unlink(missing_ok=True)
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        for target in range(SCHEMA_VERSION):
+            _migration(conn, target)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()  # the last connection: the WAL is checkpointed into the file and removed
+    rename_durably(tmp, path)
+
+
+def _make_private(path: Path) -> None:
+    """The database and its side files 0600: they hold every job's script and environment.
+    (A database from a gq before this one may be 0644.)"""
+    for file in (path, *storeguard.side_files(path)):
+        try:
+            os.chmod(file, 0o600)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot make %s private (0600): %s", file, exc)
 
 
 def _write_failure(path: Path, exc: sqlite3.Error) -> str:

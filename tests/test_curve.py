@@ -112,6 +112,9 @@ class RecordingProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+                # Closed here, not left to the garbage collector: its ResourceWarning would fail
+                # whichever later test happens to be running then.
+                s.close()
 
     def close(self) -> None:
         self.listener.close()

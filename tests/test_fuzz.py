@@ -1,8 +1,15 @@
-"""Hostile input: hypothesis-generated malformed messages against the decoder and a live gqd."""
+"""Hostile input against the decoder and a live gqd: hypothesis-generated malformed messages,
+every field of every message type spoiled in each way it can be (huge ints, NaN, wrong
+containers, bad items, deep nesting), and frames that cost the most to unpack, over ipc, TCP and
+the node socket of a gqd with 30,000 jobs queued."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -11,9 +18,12 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gq import defaults, protocol
-from gq.errors import ProtocolError
-from tests.conftest import LiveCluster, wait_for
+from gq import config as config_mod
+from gq import defaults, keys, protocol
+from gq.client import Client
+from gq.errors import ProtocolError, UnreachableError, UsageError
+from tests.conftest import LiveCluster, prepare, running, wait_for
+from tests.messages import bad_values, hostile_frames, message
 
 #: Messages per hypothesis example (sent together, as a burst), and examples: 12,000 in all.
 BURST = 200
@@ -172,3 +182,123 @@ def test_job_spec_env_and_paths_are_checked() -> None:
         with pytest.raises(ProtocolError):
             protocol.check_spec({**base, **bad})
     assert protocol.check_spec({**base, "env": {"BASH_FUNC_ml%%": "() { :; }"}})
+
+
+# ---------------------------------------------------------------- every field, a big queue
+
+#: Jobs queued (held: a pass has nothing to start) while the hostile requests arrive.
+QUEUED = 30_000
+
+
+def _raw(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _spoiled(kinds: frozenset[str]) -> list[dict[str, Any]]:
+    """Every message of `kinds` with one field spoiled, in each way bad_values knows."""
+    return [message(kind, **{field: value}) for kind in sorted(kinds)
+            for field in sorted(protocol.SCHEMAS[kind]) for value in bad_values(kind, field)]
+
+
+def _dealer(endpoint: str, **options: Any) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    for name, value in options.items():
+        setattr(sock, name, value)
+    sock.connect(endpoint)
+    return sock
+
+
+def _replies(sock: zmq.Socket, frames: list[bytes], burst: int = 100) -> list[dict[str, Any]]:
+    """Send `frames` in bursts, collecting a reply to each."""
+    out: list[dict[str, Any]] = []
+    for at in range(0, len(frames), burst):
+        out += _send_burst(sock, frames[at:at + burst])
+    return out
+
+
+def _counts(cluster: LiveCluster) -> dict[str, int]:
+    log = cluster.log("gqd")
+    return {"internal errors": log.count("internal error"), "reloads": log.count(
+        "(a batch of"), "registrations": sum(log.count(f"node {name} registered")
+                                             for name in ("node1", "node2")),
+        "tracebacks": log.count("Traceback")}
+
+
+def _node_socket(cluster: LiveCluster, name: str) -> zmq.Socket:
+    """A peer on gqd's node socket with a key of its own (as a compromised node has)."""
+    keys.keygen(cluster.layout.keys, name)
+    own = keys.node_keys(cluster.layout.keys, name)
+    return _dealer(cluster.config().node.head, identity=f"{name}/{os.urandom(8).hex()}".encode(),
+                   curve_secretkey=own.secret, curve_publickey=own.public,
+                   curve_serverkey=own.server)
+
+
+def test_hostile_requests_and_node_messages_cost_gqd_nothing_with_30000_jobs_queued(
+        tmp_path: Path) -> None:
+    live = prepare(tmp_path)
+    live.configure(lambda cfg: setattr(cfg.auth, "owner", ""))  # TCP callers may read
+    with running(live) as cluster, cluster.client() as client:
+        client.submit([cluster.spec("#!/bin/sh\ntrue\n", array=f"0-{QUEUED - 1}", hold=True)])
+        pid, before = cluster.head_pid(), _counts(cluster)
+        endpoints = cluster.config().head.client_endpoints
+        ipc, tcp = (next(e for e in endpoints if e.startswith(p)) for p in ("ipc://", "tcp://"))
+        requests = [_raw(m) for m in _spoiled(protocol.CLIENT_REQUESTS)]
+        sent = 0
+        for endpoint, limit in ((ipc, defaults.MAX_MESSAGE_BYTES),
+                                (tcp, defaults.MAX_TCP_REQUEST_BYTES)):
+            sock = _dealer(endpoint)
+            try:
+                replies = _replies(sock, requests)
+                # Each a bad request naming what is wrong, none an internal error.
+                assert all(r["ok"] is False and r["code"] == "protocol" for r in replies), [
+                    r for r in replies if r.get("code") != "protocol"][:3]
+                sent += len(replies)
+                for what, frame, expect in hostile_frames(limit, rid=99):
+                    if expect == "dropped":  # libzmq drops it with the connection, unread
+                        sock.send(frame)
+                        continue
+                    [reply] = _send_burst(sock, [frame])
+                    assert reply["rid"] == 99 and reply["ok"] is (expect == "ok"), what
+                    sent += 1
+            finally:
+                sock.close()
+        # The CLI's side of a dropped connection: a clear error at once, not a wait.
+        cfg = cluster.config()
+        cfg.client.endpoints = [tcp]
+        with Client(cfg) as over_tcp:
+            started = time.monotonic()
+            with pytest.raises(UnreachableError, match="over TCP may be at most 1048576 bytes"):
+                over_tcp.request(protocol.PING, pad=["x" * 700_000] * 2)
+            assert time.monotonic() - started < 10
+            assert over_tcp.ping()["proven"] is False  # and the next request goes through
+        # A request in several frames is answered without its frames being read.
+        with contextlib.closing(_dealer(ipc)) as sock:
+            sock.send_multipart([b"x" * 1000, b"y" * 1000, protocol.encode(protocol.PING, rid=5)])
+            assert sock.poll(30_000)
+            assert "one frame, not 3" in msgpack.unpackb(sock.recv_multipart()[-1])["error"]
+        # Node messages, from a peer with a valid key: dropped with a log line each.
+        node_msgs = [_raw(m) for m in _spoiled(protocol.NODE_MESSAGES)]
+        with contextlib.closing(_node_socket(cluster, "fuzznode")) as sock:
+            for frame in node_msgs:
+                sock.send(frame)
+            wait_for(lambda: cluster.log("gqd").count("dropping message from node 'fuzznode'")
+                     >= len(node_msgs), f"gqd to drop all {len(node_msgs)} node messages")
+        assert sent > 1000 and len(node_msgs) > 100, (sent, len(node_msgs))
+        # Still the same gqd, which lost no node, reloaded nothing and still has every job.
+        assert cluster.head_pid() == pid
+        assert _counts(cluster) == before
+        assert all(n["state"] == "UP" for n in cluster.nodes())
+        assert len(client.queue(fields=["id"])) == QUEUED
+    assert _counts(cluster) == before
+
+
+def test_the_client_refuses_a_request_over_the_message_limit_before_sending_it() -> None:
+    cfg = config_mod.Config(path="none.toml")
+    cfg.client.endpoints = ["tcp://127.0.0.1:9"]  # no head there: it is never reached
+    spec = {"script": "#!/bin/sh\n" + "#" * (protocol.MAX_SCRIPT - 16), "cwd": "/"}
+    with Client(cfg) as client:
+        with pytest.raises(UsageError, match="over gq's 16777216-byte"):
+            client.submit([spec] * 17)
+        with pytest.raises(UsageError, match="at most 10000 jobs, not 10001"):
+            client.submit([{"script": "#!/bin/sh\n", "cwd": "/"}] * 10_001)

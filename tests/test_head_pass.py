@@ -9,7 +9,8 @@ from __future__ import annotations
 from gq import protocol
 from gq.config import Config
 from gq.head.auth import Caller
-from gq.head.core import Head, _pending_view
+from gq.head.core import Head
+from gq.head.views import pending_view as _pending_view
 from gq.model import JobSpec
 from gq.sched.priority import priority
 from gq.store import Store

@@ -8,8 +8,10 @@ after every step each lookup of the index is compared with the same lookup done 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import Counter
+from collections.abc import Iterator
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,13 +19,18 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from gq import protocol
 from gq.config import Config
-from gq.errors import GqError
+from gq.errors import GqError, StoreError
 from gq.head import gate
 from gq.head.auth import Caller
-from gq.head.core import LAUNCH_RESEND_S, STOPPING, Head, _running_view
+from gq.head.core import Head
+from gq.head.launches import LAUNCH_RESEND_S
+from gq.head.orders import LaunchOrder
+from gq.head.reasons import STOPPING
+from gq.head.views import running_view as _running_view
 from gq.head.index import JobIndex
 from gq.model import Job, JobSpec, JobState
 from gq.store import Store
+from tests.headmemory import memory, store_rows
 
 NODES = ("n0", "n1", "n2")
 OWNER = Caller(uid=1000, user="ann", proven=True)
@@ -67,21 +74,41 @@ def scan_check(head: Head, now: float) -> None:
     # Held jobs a pass has seen show their hold (a pass does not look at them again).
     assert index.reasons() == Counter(j.reason or "None" for j in pending)
     # Screening what the index hands a pass decides as screening every job would.
-    whole = gate.screen(jobs, now, head._parent)
-    part = gate.screen(index.ready(), now, head._parent, index.live())
+    whole = gate.screen(jobs, now, head.table.parent)
+    part = gate.screen(index.ready(), now, head.table.parent, index.live())
     assert part.eligible == whole.eligible and part.invalid == whole.invalid
     assert part.waiting == [(j, r) for j, r in whole.waiting if not j.hold]
     assert part.wake_at == whole.wake_at
     # The scheduler's views of running jobs, kept from pass to pass, are as if made now.
-    assert head._running_views() == tuple(
+    assert head.table.running_views() == tuple(
         _running_view(j, j.state != JobState.RUNNING or j.reason in STOPPING)
         for j in jobs if j.holds_alloc)
     # Every launch a tick may have to resend is in the heap at its latest send time.
-    due = set(head.resends)
-    for job_id, launch in head.launches.items():
+    due = set(head.table.launches.resends)
+    for job_id, launch in head.table.launches.items():
         job = head.jobs[job_id]
         if job.state == JobState.RUNNING and set(job.alloc) - launch.confirmed:
             assert (launch.sent_at, job_id) in due
+
+
+#: Each rule's arguments, drawn also by a failing turn for the rules it runs.
+SUBMIT = dict(count=st.integers(1, 3), held=st.sampled_from([False] * 5 + [True]),
+              name=st.sampled_from(["a", "b"]), gpus=st.integers(0, 2), nodes=st.integers(1, 2),
+              qos=st.sampled_from(["normal", "free", "pro"]),
+              array=st.sampled_from([None, "0-2", "0-3%1"]),
+              dep=st.sampled_from([None] * 7 + ["singleton", "afterok", "afterany"]),
+              begin=st.sampled_from([None, None, None, -5.0, 30.0]), requeue=st.booleans(),
+              pick=st.integers())
+PICK = dict(pick=st.integers())
+PICK_ADMIN = dict(pick=st.integers(), admin=st.booleans())
+UPDATE = dict(pick=st.integers(), name=st.sampled_from([None, "a", "b", "c"]),
+              qos=st.sampled_from([None, "normal", "free", "pro"]))
+REPORT = dict(pick=st.integers(), rank=st.integers(0, 2),
+              event=st.sampled_from([protocol.STARTED, protocol.FINISHED]),
+              state=st.sampled_from(["COMPLETED", "FAILED", "NODE_FAIL"]))
+TICK = dict(seconds=st.sampled_from([1.0, 1.0, LAUNCH_RESEND_S + 1, LAUNCH_RESEND_S + 1, 40.0]))
+REGISTER = dict(node=st.sampled_from(NODES), keep=st.booleans())
+NODE = dict(node=st.sampled_from(NODES))
 
 
 class HeadChanges(RuleBasedStateMachine):
@@ -92,36 +119,37 @@ class HeadChanges(RuleBasedStateMachine):
         self.ids: list[int] = []
         self.seq = 0
         self.passes = 0
+        #: A failing turn is open: rules run inside it.
+        self.failing = False
 
-    def _request(self, kind: str, caller: Caller = OWNER, **fields: object) -> dict | None:
-        with self.head.store.tx():
-            try:
-                reply = self.head.handle_client({"type": kind, "rid": 1, **fields}, caller,
-                                                None, self.now)
-            except GqError:
-                reply = None
-            self._pass()
-        return reply
-
-    def _pass(self) -> None:
-        """As gqd's loop does: a pass after changes (most of the time; else the next step
-        sees the changes before a pass did)."""
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """One loop turn of gqd: a transaction, then a pass after changes (most of the time;
+        else the next step sees the changes before a pass did)."""
+        if self.failing:
+            yield
+        else:
+            with self.head.tx():
+                yield
+            self.head.take_orders()
         self.passes += 1
         if self.head.dirty and self.passes % 4:
-            self.head.schedule(self.now)
+            with self.head.tx() if not self.failing else contextlib.nullcontext():
+                self.head.schedule(self.now)
+
+    def _request(self, kind: str, caller: Caller = OWNER, **fields: object) -> dict | None:
+        with self._turn():
+            try:
+                return self.head.handle_client({"type": kind, "rid": 1, **fields}, caller,
+                                               None, self.now)
+            except GqError:
+                return None
 
     def _job(self, pick: int) -> int:
         return self.ids[pick % len(self.ids)]
 
     # Mostly jobs that can start soon, so that runs start, end and fail often.
-    @rule(count=st.integers(1, 3), held=st.sampled_from([False] * 5 + [True]),
-          name=st.sampled_from(["a", "b"]),
-          gpus=st.integers(0, 2), nodes=st.integers(1, 2),
-          qos=st.sampled_from(["normal", "free", "pro"]),
-          array=st.sampled_from([None, "0-2", "0-3%1"]),
-          dep=st.sampled_from([None] * 7 + ["singleton", "afterok", "afterany"]),
-          begin=st.sampled_from([None, None, None, -5.0, 30.0]), requeue=st.booleans(),
-          pick=st.integers())
+    @rule(**SUBMIT)
     def submit(self, count: int, held: bool, name: str, gpus: int, nodes: int, qos: str,
                array: str | None, dep: str | None, begin: float | None, requeue: bool,
                pick: int) -> None:
@@ -134,32 +162,31 @@ class HeadChanges(RuleBasedStateMachine):
         reply = self._request(protocol.SUBMIT, jobs=[spec.to_dict()] * count)
         if reply is not None:
             for first in reply["ids"]:
-                tasks = self.head.arrays.get(first)
+                tasks = self.head.table.arrays.get(first)
                 self.ids.extend(sorted(tasks.values()) if tasks else [first])
 
     @precondition(lambda self: self.ids)
-    @rule(pick=st.integers(), admin=st.booleans())
+    @rule(**PICK_ADMIN)
     def hold(self, pick: int, admin: bool) -> None:
         self._request(protocol.HOLD, ADMIN if admin else OWNER, ids=[self._job(pick)])
 
     @precondition(lambda self: self.ids)
-    @rule(pick=st.integers(), admin=st.booleans())
+    @rule(**PICK_ADMIN)
     def release(self, pick: int, admin: bool) -> None:
         self._request(protocol.RELEASE, ADMIN if admin else OWNER, ids=[self._job(pick)])
 
     @precondition(lambda self: self.ids)
-    @rule(pick=st.integers())
+    @rule(**PICK)
     def cancel(self, pick: int) -> None:
         self._request(protocol.CANCEL, ids=[self._job(pick)])
 
     @precondition(lambda self: self.ids)
-    @rule(pick=st.integers())
+    @rule(**PICK)
     def requeue(self, pick: int) -> None:
         self._request(protocol.REQUEUE, ids=[self._job(pick)])
 
     @precondition(lambda self: self.ids)
-    @rule(pick=st.integers(), name=st.sampled_from([None, "a", "b", "c"]),
-          qos=st.sampled_from([None, "normal", "free", "pro"]))
+    @rule(**UPDATE)
     def update(self, pick: int, name: str | None, qos: str | None) -> None:
         changes = {k: v for k, v in (("name", name), ("qos", qos)) if v is not None}
         if changes:
@@ -167,71 +194,93 @@ class HeadChanges(RuleBasedStateMachine):
 
     @rule()
     def schedule(self) -> None:
-        with self.head.store.tx():
+        with self.head.tx() if not self.failing else contextlib.nullcontext():
             self.head.schedule(self.now)
 
     @precondition(lambda self: self.head.index.placed())
-    @rule(pick=st.integers(), rank=st.integers(0, 2),
-          event=st.sampled_from([protocol.STARTED, protocol.FINISHED]),
-          state=st.sampled_from(["COMPLETED", "FAILED", "NODE_FAIL"]))
+    @rule(**REPORT)
     def report(self, pick: int, rank: int, event: str, state: str) -> None:
         """A node reports on a run it holds (or held: a stale report is ignored); rank 2:
         all its nodes do (a run stopped for a requeue or preemption ends so)."""
         placed = self.head.index.placed()
         job = placed[pick % len(placed)]
         nodes = list(job.alloc) if rank == 2 else [list(job.alloc)[rank % len(job.alloc)]]
-        with self.head.store.tx():
+        with self._turn():
             for node in nodes:
                 self.seq += 1
                 self.head.handle_node(node, {
                     "type": protocol.REPORT, "node": node, "seq": self.seq, "job_id": job.id,
                     "restart": job.restart_count, "event": event, "state": state,
                     "exit_code": 0, "time": self.now}, self.now)
-            self._pass()
 
     @precondition(lambda self: any(j.reason in STOPPING for j in self.head.index.placed()))
-    @rule(pick=st.integers())
+    @rule(**PICK)
     def stopped(self, pick: int) -> None:
         """A run being stopped (requeue, preemption) ends on all its nodes."""
         stopping = [j for j in self.head.index.placed() if j.reason in STOPPING]
         job = stopping[pick % len(stopping)]
         self.report(self.head.index.placed().index(job), 2, protocol.FINISHED, "CANCELLED")
 
-    @rule(seconds=st.sampled_from([1.0, 1.0, LAUNCH_RESEND_S + 1, LAUNCH_RESEND_S + 1, 40.0]))
+    @rule(**TICK)
     def tick(self, seconds: float) -> None:
         """Time passes: launches are resent, and a node not heard from for long is DOWN."""
         self.now += seconds
-        with self.head.store.tx():
+        with self._turn():
             for name in NODES:
-                if name in self.head.registered and (seconds < 40 or name != NODES[-1]):
+                if name in self.head.registry.registered and (seconds < 40 or name != NODES[-1]):
                     self.head.handle_node(name, {"type": protocol.HEARTBEAT, "node": name},
                                           self.now)
             self.head.tick(self.now)
-            self._pass()
 
-    @rule(node=st.sampled_from(NODES), keep=st.booleans())
+    @rule(**REGISTER)
     def register(self, node: str, keep: bool) -> None:
         """A node (re)registers, with the runs it still holds or (its state lost) none."""
         running = [[j.id, j.restart_count] for j in self.head.jobs.values()
                    if node in j.alloc] if keep else []
-        with self.head.store.tx():
+        with self._turn():
             _register(self.head, node, self.now, running)
-            self._pass()
 
-    @rule(node=st.sampled_from(NODES))
+    @rule(**NODE)
     def node_down(self, node: str) -> None:
-        if node in self.head.registered:
-            with self.head.store.tx():
-                self.head.node_down(self.head.nodes[node], "test", self.now)
-                self._pass()
+        if node in self.head.registry.registered:
+            with self._turn():
+                self.head.registry.node_down(self.head.nodes[node], "test", self.now)
 
     @rule()
-    def reload(self) -> None:
-        """gqd rebuilds memory from the store (as after a failed commit), and its nodes
-        register again."""
-        self.head.load(self.now)
+    def restart(self) -> None:
+        """gqd starts again on the same store (memory built from it), and its nodes register
+        again."""
+        self.head = Head(self.head.cfg, self.head.store, self.now, steady=lambda now: now)
         for node in NODES:
             self.register(node, keep=True)
+
+    @rule(data=st.data())
+    def failed_turn(self, data: st.DataObject) -> None:
+        """A turn whose commit fails (a full disk) after a few of the other rules' changes:
+        memory is as it was before the turn, as the store is, with no reload."""
+        rules = {"submit": SUBMIT, "hold": PICK_ADMIN, "release": PICK_ADMIN, "cancel": PICK,
+                 "requeue": PICK, "update": UPDATE, "schedule": {}, "report": REPORT,
+                 "stopped": PICK, "tick": TICK, "register": REGISTER, "node_down": NODE}
+        before, stored, ids = memory(self.head), store_rows(self.head), list(self.ids)
+        self.failing = True
+        try:
+            with self.head.tx():
+                for _ in range(data.draw(st.integers(1, 4))):
+                    name = data.draw(st.sampled_from(sorted(rules)))
+                    if name in ("hold", "release", "cancel", "requeue", "update") \
+                            and not self.ids or name == "report" and not self.head.index.placed() \
+                            or name == "stopped" and not any(
+                                j.reason in STOPPING for j in self.head.index.placed()):
+                        continue
+                    getattr(self, name)(**{k: data.draw(v) for k, v in rules[name].items()})
+                raise StoreError("disk full (test)")
+        except StoreError as exc:
+            self.head.submits.aborted(exc)
+        finally:
+            self.failing = False
+        self.ids = ids
+        assert store_rows(self.head) == stored
+        assert memory(self.head) == before
 
     @invariant()
     def index_agrees_with_a_scan(self) -> None:
@@ -301,16 +350,13 @@ def test_a_launch_is_resent_when_due_and_not_once_confirmed() -> None:
         head.schedule(T0)
     (job,) = head.jobs.values()
     node = next(iter(job.alloc))
-    launches = [m for n, m in head.outbox_nodes if b"launch" in m]
-    assert len(launches) == 1
-    head.outbox_nodes.clear()
+    launches = [o for o in head.take_orders() if isinstance(o, LaunchOrder)]
+    assert len(launches) == 1 and launches[0].node == node
 
     def resent(now: float) -> bool:
         head.tick(now)
-        sent = any(protocol.decode(m, protocol.HEAD_TO_NODE)["type"] == protocol.LAUNCH
-                   for _, m in head.outbox_nodes)
-        head.outbox_nodes.clear()
-        return sent
+        return any(protocol.decode(o.encode(), protocol.HEAD_TO_NODE)["type"] == protocol.LAUNCH
+                   for o in head.take_orders())
 
     assert not resent(T0 + LAUNCH_RESEND_S / 2)
     assert resent(T0 + LAUNCH_RESEND_S + 1)
@@ -320,9 +366,9 @@ def test_a_launch_is_resent_when_due_and_not_once_confirmed() -> None:
         head.handle_node(node, {"type": protocol.REPORT, "node": node, "seq": 1,
                                 "job_id": job.id, "restart": 0, "event": protocol.STARTED,
                                 "time": T0}, T0)
-    head.outbox_nodes.clear()
+    head.take_orders()
     assert not resent(T0 + 10 * LAUNCH_RESEND_S)
-    assert not head.resends  # a confirmed launch is not looked at again
+    assert not head.table.launches.resends  # a confirmed launch is not looked at again
 
 
 def test_a_held_job_is_screened_once_per_hold() -> None:

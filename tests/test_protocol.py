@@ -9,18 +9,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gq import protocol
+from gq import defaults, protocol
 from gq.defaults import MAX_MESSAGE_BYTES, PROTOCOL_VERSION
 from gq.errors import GqError, ProtocolError
 from gq.protocol import MAX_SCRIPT, MAX_STR, SCHEMAS, SPEC_SCHEMA, check_spec, decode, encode
+from gq.unpack import clip
+from tests.messages import DEEP, EXAMPLES, bad_values, message
 
 #: One valid value per accepted type; the first listed type of a field decides.
 _SAMPLE: dict[type, Any] = {int: 7, float: 1.5, str: "x", bool: True, list: [1, "a"],
                             dict: {"k": "v"}, type(None): None}
 
-
 def _valid_fields(schema: protocol.Schema, *, optional: bool = True) -> dict[str, Any]:
-    return {key: _SAMPLE[types[0]] for key, (types, required) in schema.items()
+    kind = next(k for k, v in SCHEMAS.items() if v is schema)
+    return {key: EXAMPLES[kind][key] for key, (_, required) in schema.items()
             if required or optional}
 
 
@@ -33,6 +35,12 @@ def _msg(msg_type: str, **fields: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- round trips
+
+
+def test_the_examples_hold_every_field_of_every_type():
+    assert sorted(EXAMPLES) == sorted(SCHEMAS)
+    for kind, schema in SCHEMAS.items():
+        assert sorted(EXAMPLES[kind]) == sorted(schema), kind
 
 
 @pytest.mark.parametrize("msg_type", sorted(SCHEMAS))
@@ -77,9 +85,9 @@ def test_float_accepted_where_number_meant_and_none_where_optional():
 
 
 def test_bytes_and_unicode_strings_survive():
-    msg = decode(encode(protocol.HEARTBEAT, node="gpü-01", telemetry={"0": b"\x00\xff"}))
+    msg = decode(encode(protocol.HEARTBEAT, node="gpü-01", blob=b"\x00\xff"))
     assert msg["node"] == "gpü-01"
-    assert msg["telemetry"] == {"0": b"\x00\xff"}
+    assert msg["blob"] == b"\x00\xff"
 
 
 # ---------------------------------------------------------------- rejections
@@ -183,12 +191,12 @@ def test_oversized_frame_rejected_before_decoding():
 
 
 def test_frame_at_limit_is_accepted():
-    frame = encode(protocol.PING)
-    # bin32 header is 5 bytes, key "pad" is 4 bytes, map grows by one entry (same fixmap byte).
-    pad = b"x" * (MAX_MESSAGE_BYTES - len(frame) - 9)
-    big = encode(protocol.PING, pad=pad)
-    assert len(big) == MAX_MESSAGE_BYTES
-    assert decode(big)["type"] == protocol.PING
+    # No one string may be over MAX_SCRIPT: sixteen of them come to the limit.
+    def frame(last: int) -> bytes:
+        return encode(protocol.PING, pad=["x" * MAX_SCRIPT] * 15 + ["y" * last])
+    last = 100_000 + MAX_MESSAGE_BYTES - len(frame(100_000))
+    assert len(frame(last)) == MAX_MESSAGE_BYTES
+    assert decode(frame(last))["type"] == protocol.PING
 
 
 # ---------------------------------------------------------------- job specs
@@ -313,6 +321,7 @@ def test_check_spec_arbitrary_objects(obj: Any):
     ("name", "a\0b", "'name' contains a NUL character"), ("gpu_type", None, None),
     ("qos", 3, "'qos' has type int"), ("env", [], "'env' has type list"),
     ("begin_time", float("nan"), "'begin_time' is not a finite number"),
+    ("begin_time", 1e300, "'begin_time' is 1e.300, outside"),
     ("gpus", 65_535, None), ("begin_time", 5, None), ("script", "#!\0", None)])
 def test_check_spec_tests_each_kind_of_field(field: str, value: Any, error: str | None):
     """The common types take a shorter way through `check`; the verdicts are the same."""
@@ -329,3 +338,135 @@ def test_check_spec_env_names_and_values():
                 {"A": "v" * (MAX_STR * 8 + 1)}):
         with pytest.raises(ProtocolError, match="env has a bad name"):
             check_spec(_spec(env=env))
+
+
+# ---------------------------------------------------------------- ranges, contents, bounds
+
+
+def _cases() -> list[tuple[str, str, int]]:
+    return [(kind, field, i) for kind in sorted(SCHEMAS) for field in sorted(SCHEMAS[kind])
+            for i in range(len(bad_values(kind, field)))]
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEMAS))
+def test_every_field_of_every_type_refuses_what_it_cannot_hold(kind: str):
+    """Huge and negative ints, NaN and infinities, wrong containers, bad list items, deep
+    nesting, over-long strings: each refused as a bad message naming the field, never a
+    crash (before, an accounting request with since=2**63 reached SQLite)."""
+    for field in sorted(SCHEMAS[kind]):
+        for value in bad_values(kind, field):
+            frame = _raw(message(kind, **{field: value}))
+            with pytest.raises(ProtocolError) as info:
+                decode(frame)
+            text = str(info.value)
+            # named, or a message-wide limit (msgpack's header limits, the container budget)
+            assert field in text or "lists and maps" in text or "exceeds max_" in text, (
+                field, clip(value), text)
+            assert len(text) < 300, text
+
+
+def test_the_valid_examples_pass_and_edge_values_too():
+    for kind in SCHEMAS:
+        assert decode(_raw(message(kind)))["type"] == kind
+    edges = [(protocol.ACCOUNTING, "since", -62_135_596_800), (protocol.ACCOUNTING, "until",
+             253_402_300_799.0), (protocol.SHOW, "id", 2**63 - 1), (protocol.SHOW, "id",
+             "9223372036854775807_9999999"), (protocol.PING, "claim_uid", 2**32 - 1),
+             (protocol.REPORT, "exit_code", -255), (protocol.QUEUE, "limit", protocol.MAX_LIST),
+             (protocol.SUBMIT, "jobs", [{"script": "x"}] * protocol.MAX_SUBMIT_SPECS),
+             (protocol.HEARTBEAT, "health", ["h" * protocol.MAX_HEALTH_LINE])]
+    for kind, field, value in edges:
+        assert decode(_raw(message(kind, **{field: value})))[field] == value
+
+
+def test_an_unknown_field_is_kept_but_may_not_nest_deep():
+    nested: Any = "leaf"
+    for i in range(protocol.MAX_DEPTH):  # lists and maps, 8 deep
+        nested = [nested] if i % 2 else {"k": nested}
+    assert decode(_raw(message(protocol.PING, later=nested)))["later"] == nested
+    with pytest.raises(ProtocolError, match="'later' nests deeper than 8"):
+        decode(_raw(message(protocol.PING, later=[nested])))
+    fields = {f"f{i}": i for i in range(protocol.MAX_FIELDS - len(message(protocol.PING)))}
+    assert decode(_raw(message(protocol.PING, **fields)))
+    with pytest.raises(ProtocolError, match="65 fields, over 64"):
+        decode(_raw(message(protocol.PING, **fields, one_more=1)))
+    # Walking such fields costs as much as what they hold: 10,000 items in all.
+    assert decode(_raw(message(protocol.PING, a=[1] * 5000, b={"k": [2] * 4999})))
+    with pytest.raises(ProtocolError, match="hold over 10000 items"):
+        decode(_raw(message(protocol.PING, a=[1] * 5000, b={"k": [2] * 5000})))
+
+
+def test_hostile_values_make_short_error_messages():
+    for bad in ("t" * MAX_SCRIPT, DEEP, list(range(10_000)), {"a" * 5000: 1}):
+        with pytest.raises(ProtocolError) as info:
+            decode(_raw({"v": PROTOCOL_VERSION, "type": bad}))
+        assert len(str(info.value)) < 200
+        with pytest.raises(ProtocolError) as info:
+            decode(_raw({"v": bad, "type": "ping"}))
+        assert len(str(info.value)) < 200
+
+
+def _nils_deep(size: int) -> bytes:
+    """A map whose one field nests lists of 99,999 nils each, as deep as `size` bytes allow:
+    the costliest frame to unpack that the list length limit lets through."""
+    per = protocol.MAX_LIST - 1
+    levels = (size - 16) // (per + 5)
+    body = b"".join(b"\xdd" + (per + 1).to_bytes(4, "big") + b"\xc0" * per
+                    for _ in range(levels))
+    return b"\x83\xa1v\x01\xa4type\xa4ping\xa3pad" + body + b"\xc0"
+
+
+def test_msgpack_limits_refuse_long_headers_and_a_flood_of_containers():
+    assert decode(_raw(message(protocol.CANCEL, ids=[1] * protocol.MAX_LIST)))
+    with pytest.raises(ProtocolError, match="exceeds max_array_len"):
+        decode(_raw(message(protocol.CANCEL, ids=[1] * (protocol.MAX_LIST + 1))))
+    with pytest.raises(ProtocolError, match="exceeds max_str_len"):
+        decode(_raw(message(protocol.PING, pad="x" * (MAX_SCRIPT + 1))))
+    with pytest.raises(ProtocolError, match="undecodable"):
+        decode(_raw(message(protocol.PING, pad=msgpack.ExtType(1, b"x"))))
+    # 16 MiB of empty maps, in lists short enough to pass: msgpack would build 16 million
+    # dicts (seconds, a gigabyte); the budget stops it at MAX_CONTAINERS.
+    per = protocol.MAX_LIST - 1
+    chunk = b"\xdd" + per.to_bytes(4, "big") + b"\x80" * per
+    n = (MAX_MESSAGE_BYTES - 64) // len(chunk)
+    flood = b"\x84\xa1v\x01\xa4type\xa4ping\xa3rid\x01\xa3pad\xdd" + n.to_bytes(4, "big") + \
+        chunk * n
+    with pytest.raises(ProtocolError, match=f"over {defaults.MAX_CONTAINERS} lists and maps"):
+        decode(flood)
+    assert protocol.rid_of(flood) == 1
+    with pytest.raises(ProtocolError, match=f"over {defaults.MAX_CONTAINERS} lists and maps"):
+        protocol.checked(protocol.unpacking(flood).value())
+
+
+@pytest.mark.parametrize("frame", [
+    _raw(message(protocol.SUBMIT, jobs=[{"script": "#" * 1000, "cwd": "/"}] * 200)),
+    _nils_deep(2 * 1024 * 1024), _raw(message(protocol.QUEUE, limit=0)), b"\x81\xa1v",
+    _raw(message(protocol.PING)) + b"\x00", b"\x92\x01\x02", b"", b"\xc1"])
+def test_unpacking_in_slices_gives_what_decode_gives(frame: bytes):
+    slice_bytes = 64 * 1024
+    unpacking = protocol.unpacking(frame)
+    steps = 1
+    while not unpacking.step(slice_bytes):
+        steps += 1
+    assert unpacking.fed <= steps * slice_bytes
+    try:
+        expected: Any = decode(frame, protocol.CLIENT_REQUESTS)
+    except ProtocolError as exc:
+        expected = str(exc)
+    try:
+        got: Any = protocol.checked(unpacking.value(), protocol.CLIENT_REQUESTS)
+    except ProtocolError as exc:
+        got = str(exc)
+    if isinstance(expected, str):  # the same refusal (msgpack words some of them its way)
+        assert isinstance(got, str) and got.split(":")[0] == expected.split(":")[0]
+    else:
+        assert got == expected
+    if len(frame) > slice_bytes and isinstance(expected, dict):
+        assert steps >= len(frame) // slice_bytes  # sliced: no step took all of it
+
+
+def test_rid_of_reads_only_the_start_of_a_frame():
+    assert protocol.rid_of(_raw({"v": 1, "type": "queue", "rid": 42, "states": [[]]})) == 42
+    assert protocol.rid_of(_raw({"pad": "x" * 70_000, "rid": 42})) == 0  # past the first 64 KiB
+    for junk in (b"", b"\xc1", _raw([1, 2]), _raw({"rid": -1}), _raw({"rid": "7"}),
+                 _raw({"rid": 2**64 - 1}), b"\x83\xa3rid"):
+        assert protocol.rid_of(junk) == 0

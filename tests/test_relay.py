@@ -187,6 +187,9 @@ def test_a_clients_own_as_uid_is_ignored_by_gqd_and_replaced_by_the_relay(
     assert (relayed[0]["uid"], relayed[0]["proven"], relayed[0]["via"]) == (
         alice.uid, True, f"relay {RELAY}")
     assert relayed[1]["errors"] == direct[1]["errors"]
+    # The relay forwards only well-formed requests, and says what is wrong with the others.
+    (bad,) = site.probe(alice, site.relay_socket, ("launch", {}))
+    assert bad["code"] == "protocol" and "unknown message type 'launch'" in bad["error"]
     assert site.live.show(bobs)["state"] == "RUNNING"
     site.gq(bob, "cancel", str(bobs))
 

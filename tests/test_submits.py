@@ -31,12 +31,11 @@ def _turn(head: Head, fail: bool = False) -> list[tuple[object, bytes]]:
     """One loop turn with time for a step or so of submit work, as gqd's loop runs it."""
     head.submits.deadline = time.perf_counter() + 0.0005
     try:
-        with head.store.tx():
+        with head.tx():  # a failed one takes memory back with the store, as in gqd
             head.submits.work()
             if fail:
                 raise StoreError("disk full (test)")
     except StoreError as exc:
-        head.load(T0)
         return head.submits.aborted(exc)[0]
     return head.submits.committed()[0]
 
@@ -44,7 +43,7 @@ def _turn(head: Head, fail: bool = False) -> list[tuple[object, bytes]]:
 def _submit(head: Head, jobs: list[dict], late: bool = True) -> dict | None:
     """A submit request; `late`: in a turn with no time left for more than its first step."""
     head.submits.deadline = time.perf_counter() if late else None
-    with head.store.tx():
+    with head.tx():
         return head.handle_client({"type": "submit", "rid": 7, "jobs": jobs}, ANN, "client", T0)
 
 
@@ -116,3 +115,70 @@ def test_submits_queue_behind_one_in_the_works(tmp_path) -> None:  # noqa: ANN00
     assert [c for c, _ in answered] == ["client", "client"]
     assert sorted(head.jobs) == list(range(1, 3002))
     assert head.jobs[3001].spec.name == "small"
+
+
+def test_a_failed_turn_keeps_a_committed_submit_and_takes_it_in_whole(tmp_path  # noqa: ANN001
+                                                                      ) -> None:
+    """Its staging committed, a submit's jobs are kept; a turn taking them into memory that
+    fails to commit takes those back, and the next turns take them in again: whole, with no
+    reload (the Job objects memory holds are the submit's own)."""
+    head = _head(tmp_path)
+    assert _submit(head, [_spec(name="arr", array="0-2999")]) is None
+    while not head.jobs:
+        assert _turn(head) == []
+    sub = head.submits.queue[0]
+    assert sub.durable and 0 < sub.admitted < 3000
+    admitted, ids = sub.admitted, list(head.jobs)
+    assert _turn(head, fail=True) == []  # not answered yet: it is not done
+    assert sub.admitted == admitted and list(head.jobs) == ids
+    replies: list = []
+    while not replies:
+        replies = _turn(head)
+    assert b"ids" in replies[0][1]
+    assert list(head.jobs) == _stored(head) == list(range(1, 3001))
+    assert all(head.jobs[i] is job for i, job in zip(range(1, 3001), sub.made))
+    assert len(head.table.queued) == 3000 and len(head.index.ready()) == 0  # all held
+
+
+def test_a_bug_in_a_submit_fails_it_alone(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """An unexpected exception while a submit stages its rows fails that submit (its rows
+    taken back, the turn goes on and commits); the next submit is whole."""
+    head = _head(tmp_path)
+    assert _submit(head, [_spec(name="arr", array="0-2999")]) is None
+    _turn(head)
+    calls = 0
+    real = head.store.add_staged
+
+    def broken(rows: list) -> None:
+        nonlocal calls
+        calls += 1
+        real(rows)
+        if calls == 2:
+            raise RuntimeError("a bug (test)")
+    monkeypatch.setattr(head.store, "add_staged", broken)
+    replies: list = []
+    while not replies:
+        replies = _turn(head)
+    assert b"internal error in gqd: RuntimeError: a bug (test)" in replies[0][1]
+    assert not head.jobs and _stored(head) == [] and not head.submits.busy
+    monkeypatch.setattr(head.store, "add_staged", real)
+    reply = _submit(head, [_spec(name="next")], late=False)
+    assert reply is not None and list(head.jobs) == reply["ids"] == _stored(head)
+
+
+def test_a_job_still_entering_memory_is_not_changed_behind_its_back(tmp_path  # noqa: ANN001
+                                                                     ) -> None:
+    """A cancel of a job whose submit committed but is still being taken into memory is
+    refused (try again): cancelling the store's copy would leave memory running the job."""
+    head = _head(tmp_path)
+    assert _submit(head, [_spec(name="arr", array="0-2999")]) is None
+    while not head.jobs:
+        _turn(head)
+    last = 3000
+    assert last not in head.jobs and head.store.get_job(last) is not None
+    with head.tx():
+        reply = head.handle_client({"type": "cancel", "rid": 8, "ids": [last]}, ANN, None, T0)
+    assert reply["errors"] == {str(last): "job 1_2999 is still being submitted; try again"}
+    while head.submits.busy:
+        _turn(head)
+    assert head.jobs[last].state.value == head.store.get_job(last).state.value == "PENDING"

@@ -76,3 +76,16 @@ def test_shell_completion_is_offered() -> None:
                           timeout=60, env={**os.environ, "_GQ_COMPLETE": "complete_bash",
                                            "COMP_WORDS": "gq su", "COMP_CWORD": "1"})
     assert "submit" in done.stdout.split(), done.stdout + done.stderr
+
+
+def test_units_keep_state_private_and_do_not_restart_on_a_refused_database() -> None:
+    from gq.errors import ExitStatus, StoreRefused
+    head, node = _unit("gqd.service"), _unit("gqnode.service")
+    for unit in (head, node):
+        assert unit["UMask"] == "0077"
+        # 0711: jobs execute their scripts, as their owners, from run directories below.
+        assert unit["StateDirectoryMode"] == "0711"
+    refused = {int(ExitStatus[name]) for name in ExitStatus.__members__
+               if name.startswith("STORE_")}
+    assert {int(c.exit_status) for c in StoreRefused.__subclasses__()} == refused
+    assert set(map(int, head["RestartPreventExitStatus"].split())) == refused

@@ -8,6 +8,7 @@ user may connect, and root's jobs are refused. gqnode runs as root and starts ea
 from __future__ import annotations
 
 import grp
+import hashlib
 import os
 import pwd
 import shutil
@@ -34,7 +35,7 @@ AS_USER = r"""
 import os, sys
 import msgpack, zmq
 import gq.cli.main as cli, gq.cli.app, gq.cli.fast, gq.client, gq.cli.render, gq.protocol
-import gq.arrays, gq.deps
+import gq.arrays, gq.deps, gq.storecopy, gq.store
 gq.cli.app.register()
 uid, gid, groups, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 os.setgroups([int(g) for g in groups.split(",") if g])
@@ -262,3 +263,57 @@ def test_gq_update_an_owner_may_lower_and_step_down_an_admin_may_raise(site: Sit
     after = site.live.show(job)
     assert (after["time_limit_s"], after["qos"]) == (4 * 3600, "pro")
     assert site.gq(alice, "cancel", str(job)).returncode == 0
+
+
+def _files(*dirs: Path) -> list[Path]:
+    return [p for d in dirs for p in d.rglob("*") if p.is_file()]
+
+
+def test_another_user_reads_nothing_of_a_jobs_secret_from_disk(site: Site) -> None:
+    alice, bob, live = site.alice, site.bob, site.live
+    secret = f"s3cret-{os.urandom(8).hex()}"
+    (alice.work / "release").unlink(missing_ok=True)
+    job = site.submit(alice, "-o", "secret.out", "--export", f"ALL,GQ_TEST_SECRET={secret}",
+                      "--wrap", 'printf %s "$GQ_TEST_SECRET" | sha256sum; '
+                                'while [ ! -e release ]; do sleep 0.1; done')
+    _state(site, job, "RUNNING")
+    head_dir, node_dir = Path(live.config().head.state_dir), live.layout.node_dir("node1")
+    run_dir = node_dir / "jobs" / f"{job}.0"
+    wait_for(lambda: (run_dir / "run").exists(), "the run's record")
+    # The secret is on disk (root finds it: in the database and in the run's order)...
+    holding = [p for p in _files(head_dir, node_dir) if secret.encode() in p.read_bytes()]
+    assert run_dir / "launch.msg" in holding
+    assert any(p.parent == head_dir and p.name.startswith("gq.db") for p in holding), holding
+    # ...and bob reads none of it: he cannot list the state directories nor open their files.
+    grep = subprocess.run(["grep", "-r", "-l", "-a", secret, str(head_dir), str(node_dir)],
+                          user=bob.uid, group=bob.gid, extra_groups=bob.groups,
+                          capture_output=True, text=True, timeout=60)
+    assert grep.returncode == 2 and grep.stdout == "", (grep.stdout, grep.stderr)
+    assert "Permission denied" in grep.stderr, grep.stderr
+    for path in holding:
+        cat = subprocess.run(["cat", str(path)], user=bob.uid, group=bob.gid,
+                             extra_groups=bob.groups, capture_output=True, timeout=60)
+        assert cat.returncode != 0 and secret.encode() not in cat.stdout, path
+        assert b"Permission denied" in cat.stderr, (path, cat.stderr)
+    # Nor can he copy the database with gq admin backup: it reads the file, with his rights.
+    backup = site.gq(bob, "admin", "backup", str(bob.work / "stolen.db"))
+    assert backup.returncode == 1 and "run gq admin backup as that user" in backup.stderr, \
+        backup.stderr
+    assert not (bob.work / "stolen.db").exists()
+    # The modes that do it: private directories (0711 where a job's owner passes through to
+    # its run directory), files 0600, the run directory and its script the owner's.
+    modes = {p: p.stat().st_mode & 0o777 for p in (head_dir, node_dir, node_dir / "jobs",
+                                                   node_dir / "outbox", run_dir)}
+    assert modes == {head_dir: 0o700, node_dir: 0o711, node_dir / "jobs": 0o711,
+                     node_dir / "outbox": 0o700, run_dir: 0o700}, modes
+    for path in [*head_dir.glob("gq.db*"), run_dir / "launch.msg", run_dir / "run",
+                 *(node_dir / "outbox").iterdir()]:
+        assert path.stat().st_mode & 0o777 == 0o600, (path, oct(path.stat().st_mode))
+    assert (run_dir.stat().st_uid, (run_dir / "script").stat().st_uid) == (alice.uid, alice.uid)
+    assert (run_dir / "script").stat().st_mode & 0o777 == 0o700
+    # The job itself ran as alice with its environment.
+    (alice.work / "release").touch()
+    assert _state(site, job, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    out = alice.work / "secret.out"
+    assert out.read_text().split()[0] == digest and out.stat().st_uid == alice.uid

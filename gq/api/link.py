@@ -30,6 +30,11 @@ _WATCHED = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
             | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
 
 
+#: The client routing frame gqd's relay endpoint wants before each request (a relay's names the
+#: client it forwards for; here the rid does that) and sends back before each reply.
+_ROUTE = b"api"
+
+
 class _Socket:
     """One DEALER to gqd and the requests waiting on it."""
 
@@ -104,7 +109,7 @@ class HeadLink:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         sock.waiting[rid] = future
         try:
-            await sock.sock.send(payload, flags=zmq.NOBLOCK)
+            await sock.sock.send_multipart([_ROUTE, payload], flags=zmq.NOBLOCK)
         except zmq.Again:
             sock.waiting.pop(rid, None)
             raise UnreachableError(f"gq api has {defaults.RELAY_QUEUE} requests waiting for "
@@ -133,7 +138,8 @@ class HeadLink:
 
     async def _replies(self, sock: _Socket) -> None:
         while True:
-            frame = await sock.sock.recv()
+            frames = await sock.sock.recv_multipart()
+            frame = frames[-1]
             try:
                 reply = protocol.decode(frame, frozenset({protocol.REPLY}))
             except ProtocolError as exc:

@@ -1,6 +1,9 @@
-"""`gq admin`: what sysadmins do to nodes (drain, resume) and their keys (keygen)."""
+"""`gq admin`: what sysadmins do to nodes (drain, resume), their keys (keygen) and gqd's
+database (backup, restore)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -53,4 +56,40 @@ def keygen(names: list[str] = typer.Argument(..., help="gqd, or node names (rela
     for name in names:
         for path in keys.keygen(where, name, force=force, relay=kind if relay else None):
             render.message(f"wrote {path}")
+    return 0
+
+
+def _database() -> Path:
+    from gq import config as config_mod
+    from gq import defaults
+    return Path(config_mod.load().head.state_dir) / defaults.DB_FILE
+
+
+@admin.command("backup")
+def backup(file: str = typer.Argument(..., help="the copy to write (a new file)")) -> int:
+    """Copy gqd's database consistently, while it runs (on the head host, as gqd's user)."""
+    from gq import storecopy
+    held, jobs = storecopy.backup(_database(), Path(file).absolute())
+    render.message(f"wrote {file}: {jobs} jobs, job ids up to {held.job_id}, "
+                   f"commit {held.commits}")
+    return 0
+
+
+@admin.command("restore")
+def restore(file: str = typer.Argument(..., help="a copy made by gq admin backup"),
+            force: bool = typer.Option(False, "--force",
+                                       help="accept losing what gqd acknowledged after the copy")
+            ) -> int:
+    """Put a copy in place of gqd's database (gqd stopped); refused if it would roll back
+    acknowledged jobs, unless --force."""
+    from gq import storecopy, storeguard
+    from gq.store import SCHEMA_VERSION
+    db = _database()
+    held, marked, kept = storecopy.restore(Path(file).absolute(), db, force, SCHEMA_VERSION)
+    render.message(f"restored {file} as {db}: job ids up to {held.job_id}, commit {held.commits}")
+    if marked is not None and storeguard.behind(held, marked):
+        render.message(f"accepted the loss: the mark {storeguard.loss(held, marked)}; new job "
+                       f"ids start after {max(marked.job_id, held.job_id)}")
+    if kept is not None:
+        render.message(f"the database it replaced is kept as {kept}")
     return 0

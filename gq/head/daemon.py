@@ -8,18 +8,21 @@ import os
 import pwd
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 
 from gq import config as config_mod
-from gq import defaults, keys, protocol, service
+from gq import defaults, keys, protocol, service, unpack
 from gq.errors import (ConfigError, ExitStatus, GqError, PermissionDenied, ProtocolError,
-                       StoreError)
+                       RefusedError, StoreError, StoreRefused)
+from gq.fsutil import make_dirs, private_dir
 from gq.head.auth import DOMAIN, NODE_DOMAIN, RELAY_DOMAIN, ZapHandler, caller_of
+from gq.head.auth import user_id_of as _user_id
+from gq.protocol import rid_of as _rid_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
 from gq.head.submits import SLICE_S as SUBMIT_SLICE_S
@@ -33,8 +36,16 @@ log = logging.getLogger("gq.head")
 class ClientRequest:
     sock: zmq.Socket
     envelope: list[bytes]
-    payload: bytes
+    payload: bytes | memoryview
     user_id: str
+    #: A large payload, unpacked a slice a turn before the request is handled.
+    unpacking: unpack.Unpacking | None = None
+
+    def message(self) -> dict[str, Any]:
+        """The request, checked; ProtocolError if it is not a valid one."""
+        if self.unpacking is None:
+            return protocol.decode(self.payload, protocol.CLIENT_REQUESTS)
+        return protocol.checked(self.unpacking.value(), protocol.CLIENT_REQUESTS)
 
 
 class HeadServer:
@@ -57,13 +68,19 @@ class HeadServer:
         # Must run before any bind, so no connection skips it.
         self.owner_uid = _owner_uid(cfg.auth.owner)
         self.zap = ZapHandler(self.ctx, self.owner_uid, key_dir)
+        #: Large client frames being unpacked a slice a turn, oldest first, and their bytes.
+        self.large: deque[ClientRequest] = deque()
+        self.large_bytes = 0
         self.clients = [self._bind_client(ep) for ep in cfg.head.client_endpoints]
-        if cfg.head.relay_endpoint and curve is None:
+        #: The relay endpoint's socket, whose requests carry the client's routing id too.
+        self.relays: zmq.Socket | None = None
+        if cfg.head.relay_endpoint and curve is not None:
+            # Relays' requests are client requests in all but who vouches for the caller.
+            self.relays = self._bind_relays(cfg.head.relay_endpoint, curve)
+            self.clients.append(self.relays)
+        elif cfg.head.relay_endpoint:
             log.warning("[auth] curve = false: relays are known only by their keys, so %s is "
                         "not served (no login host can submit)", cfg.head.relay_endpoint)
-        elif cfg.head.relay_endpoint:
-            # Relays' requests are client requests in all but who vouches for the caller.
-            self.clients.append(self._bind_relays(cfg.head.relay_endpoint, curve))
         self.nodes = self._bind_nodes(cfg.head.node_endpoint, curve)
         #: Node name -> routing id of the connection it last sent from (under its own key).
         self.node_routes: dict[str, bytes] = {}
@@ -108,7 +125,7 @@ class HeadServer:
         # A node reconnecting after a partition takes over its (secret, random) routing id.
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         sock.linger = 0
-        sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
+        sock.maxmsgsize = defaults.MAX_NODE_MESSAGE_BYTES
         if curve is not None:
             # Encrypted, and each node proves its name with its key (the ZAP handler checks
             # the allow-list), so no one can take over a node's name or read its launches.
@@ -128,10 +145,13 @@ class HeadServer:
         sock.zap_domain = DOMAIN
         sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         sock.linger = 1000
-        sock.maxmsgsize = defaults.MAX_MESSAGE_BYTES
+        # libzmq drops a larger frame, and its connection, before gqd sees any of it. TCP
+        # callers may only read (unless trusted): no request of theirs needs more.
+        sock.maxmsgsize = defaults.MAX_TCP_REQUEST_BYTES if endpoint.startswith("tcp://") \
+            and not self.cfg.auth.trust_tcp else defaults.MAX_MESSAGE_BYTES
         if endpoint.startswith("ipc://"):
             path = Path(endpoint[len("ipc://"):])
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)  # 0755 under gqd's umask: who may connect is ZAP's call
             path.unlink(missing_ok=True)  # stale from a crash; we hold the pid lock
         sock.bind(endpoint)
         if endpoint.startswith("ipc://"):
@@ -172,7 +192,7 @@ class HeadServer:
                 tick = min(tick, max(0.0, self.head.wake_at - time.time()))
             if self.head.dirty and not due:  # the pass waits out its spacing: wake for it
                 tick = min(tick, max(0.0, pass_at - time.monotonic()))
-            timeout_ms = 0 if due else math.ceil(tick * 1000)
+            timeout_ms = 0 if due or self.large else math.ceil(tick * 1000)
             asked = time.monotonic()
             events = dict(self.poller.poll(timeout_ms))
             woke = time.monotonic()
@@ -184,6 +204,7 @@ class HeadServer:
             if self.signals.reload:
                 self._reload()
             requests = [r for s in self.clients if s in events for r in self._recv_clients(s)]
+            requests += self._unpack_large()
             node_msgs = self._recv_nodes() if self.nodes in events else []
             self._iteration(requests, node_msgs, time.time())
             self._publish()
@@ -197,19 +218,75 @@ class HeadServer:
                 return 0
 
     def _recv_clients(self, sock: zmq.Socket) -> list[ClientRequest]:
-        out = []
+        """The requests that arrived on `sock`, as many as this turn takes: MAX_BATCH, of
+        frames up to RECV_BYTES_PER_TURN in all. A large frame joins those unpacked a slice a
+        turn (_unpack_large) instead."""
+        out: list[ClientRequest] = []
+        budget = defaults.RECV_BYTES_PER_TURN
         for _ in range(defaults.MAX_BATCH):
+            if budget <= 0:
+                break
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            out.append(ClientRequest(sock, [f.bytes for f in frames[:-1]], frames[-1].bytes,
-                                     _user_id(frames[-1])))
+            req = self._request(sock, frames)
+            if req is None:
+                continue
+            if len(req.payload) <= defaults.DECODE_SLICE_BYTES:
+                budget -= len(req.payload)
+                out.append(req)
+            elif self.large_bytes + len(req.payload) > defaults.MAX_DECODING_BYTES:
+                self._send_client(sock, req.envelope, protocol.error(
+                    protocol.rid_of(req.payload), RefusedError.code,
+                    f"gqd is busy reading {self.large_bytes} bytes of other large requests; "
+                    "try again in a moment"))
+            else:
+                req.unpacking = protocol.unpacking(req.payload)
+                self.large.append(req)
+                self.large_bytes += len(req.payload)
         return out
 
+    def _request(self, sock: zmq.Socket, frames: list[zmq.Frame]) -> ClientRequest | None:
+        """A request from a DEALER ([routing id, payload]) or a REQ ([routing id, b"",
+        payload]) peer, or through a relay ([relay's routing id, client's, payload]); any other
+        shape is answered with an error, its frames unread."""
+        envelope = frames[:-1]
+        if sock is self.relays:
+            bad = len(frames) != 3 or not len(frames[1])
+        else:
+            bad = len(frames) > 3 or len(frames) == 3 and len(frames[1]) > 0
+        if bad or any(len(f) > 255 for f in envelope):
+            self._send_client(sock, [frames[0].bytes[:255]], protocol.error(
+                0, ProtocolError.code, f"a request is one frame, not {len(frames) - 1}"))
+            return None
+        last = frames[-1]
+        # A large frame is read where libzmq put it, not copied (16 MiB take milliseconds).
+        payload = last.bytes if len(last) <= defaults.DECODE_SLICE_BYTES else last.buffer
+        return ClientRequest(sock, [f.bytes for f in envelope], payload, _user_id(last))
+
+    def _unpack_large(self) -> list[ClientRequest]:
+        """Unpack the large frames, oldest first, for up to DECODE_SLICE_S: the requests that
+        are whole now. The others' requests wait for one slice of them, not for all."""
+        done = []
+        deadline = time.perf_counter() + defaults.DECODE_SLICE_S
+        while self.large and time.perf_counter() < deadline:
+            req = self.large[0]
+            assert req.unpacking is not None
+            if req.unpacking.step(defaults.DECODE_SLICE_BYTES):
+                self.large.popleft()
+                self.large_bytes -= len(req.payload)
+                done.append(req)
+        return done
+
     def _recv_nodes(self) -> list[tuple[str, bytes]]:
+        """Node messages, as many as this turn takes (MAX_BATCH, of frames up to
+        RECV_BYTES_PER_TURN in all)."""
         out = []
+        budget = defaults.RECV_BYTES_PER_TURN
         for _ in range(defaults.MAX_BATCH):
+            if budget <= 0:
+                break
             try:
                 frames = self.nodes.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -217,6 +294,7 @@ class HeadServer:
             if len(frames) != 2:
                 log.warning("dropping node message of %d frames", len(frames))
                 continue
+            budget -= len(frames[1])
             route = frames[0].bytes
             name = route.split(b"/")[0].decode(errors="replace")
             if self.cfg.auth.curve and _user_id(frames[1]) != name:
@@ -244,7 +322,7 @@ class HeadServer:
         # Submits get at most this much of the turn; then the sockets are read again.
         submits.deadline = time.perf_counter() + SUBMIT_SLICE_S
         try:
-            with self.store.tx():
+            with self.head.tx():
                 for req in requests:
                     reply = self._client(req, now)
                     if reply is not None:
@@ -266,9 +344,10 @@ class HeadServer:
                     # burst of job ends is one pass, not one each (on a small queue, no wait).
                     self.pass_after = time.monotonic() + took * defaults.PASS_SPACING
         except StoreError as exc:
+            # Memory went back to the last commit with the store (Head.tx); nodes stay
+            # registered, and the reports not acked come again.
             log.error("%s (a batch of %d requests and %d node messages)", exc, len(requests),
                       len(node_msgs))
-            self.head.load(now)
             self.schedule_after = time.monotonic() + defaults.STORE_RETRY_S
             self.head.deferred.clear()
             answers, submitted = submits.aborted(exc)
@@ -286,15 +365,14 @@ class HeadServer:
         for (sock, envelope), data in self.head.deferred:
             self._send_client(sock, envelope, data)
         self.head.deferred.clear()
-        for name, data in self.head.outbox_nodes:
-            self._send_node(name, data)
-        self.head.outbox_nodes.clear()
+        for order in self.head.take_orders():
+            self._send_node(order.node, order.encode())
 
     def _client(self, req: ClientRequest, now: float) -> tuple[ClientRequest, bytes, bool] | None:
         """(request, reply, accepted) — or None when the reply is deferred."""
         rid = None  # read from the payload again only for an error: a submit's is big
         try:
-            msg = protocol.decode(req.payload, protocol.CLIENT_REQUESTS)
+            msg = req.message()
             rid_field = msg.get("rid")
             if not isinstance(rid_field, int) or isinstance(rid_field, bool) or rid_field < 0:
                 raise ProtocolError("request has no integer rid (0 or more)")
@@ -324,29 +402,27 @@ class HeadServer:
                      "" if caller.proven else " (not vouched for: the node holds no job of theirs)")
 
     def _isolated(self, msg: dict[str, Any], caller: Any, client: Any, now: float) -> Any:
-        """Run one request in a savepoint: a bug in it cannot leave half its changes behind."""
-        conn = self.store.conn
-        conn.execute("SAVEPOINT request")
+        """Run one request in a savepoint: a bug in it costs that request alone (its changes
+        are taken back, in the store and in memory), never a reload."""
         try:
-            data = self.head.handle_client(msg, caller, client, now)
+            with self.head.isolated("request"):
+                return self.head.handle_client(msg, caller, client, now)
         except GqError:
-            conn.execute("RELEASE request")  # handlers check before they change anything
             raise
         except Exception as exc:
             log.exception("internal error handling %s", msg.get("type"))
-            conn.execute("ROLLBACK TO request")
-            conn.execute("RELEASE request")
-            self.head.load(now)
             raise GqError(f"internal error in gqd: {type(exc).__name__}: {exc}") from None
-        conn.execute("RELEASE request")
-        return data
 
     def _node(self, name: str, payload: bytes, now: float) -> None:
         try:
             msg = protocol.decode(payload, protocol.NODE_MESSAGES)
-            self.head.handle_node(name, msg, now)
+            with self.head.isolated("node"):
+                self.head.handle_node(name, msg, now)
         except GqError as exc:
             log.warning("dropping message from node %r: %s", name, exc)
+        except Exception:
+            # Taken back whole (not acked: a report comes again); gqd goes on.
+            log.exception("internal error handling a message from node %r", name)
 
     def _send_client(self, sock: zmq.Socket, envelope: list[bytes], data: bytes) -> None:
         try:
@@ -389,14 +465,6 @@ class HeadServer:
         self.ctx.term()
 
 
-def _user_id(frame: zmq.Frame) -> str:
-    """What the ZAP handler vouched for on the frame's connection ("" for nothing)."""
-    try:
-        return frame.get("User-Id") or ""
-    except (zmq.ZMQError, KeyError):
-        return ""
-
-
 def _owner_uid(owner: str) -> int | None:
     if not owner:
         return None
@@ -408,25 +476,24 @@ def _owner_uid(owner: str) -> int | None:
         raise ConfigError(f"[auth] owner: no such user {owner!r}") from None
 
 
-def _rid_of(payload: bytes) -> int:
-    """The request id of a possibly malformed request, so even an error reply can be matched."""
-    try:
-        rid = msgpack.unpackb(payload, raw=False).get("rid")
-        return rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
-    except Exception:
-        return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = service.parser("gqd", "gq head daemon")
     args = parser.parse_args(argv)
     service.setup_logging(args.log_level)
+    # Everything gqd creates is its own: the database holds every job's script and environment.
+    os.umask(0o077)
     try:
         cfg = config_mod.load(args.config)
         state_dir = Path(cfg.head.state_dir)
+        private_dir(state_dir, _state_dir_mode(cfg))
         lock = acquire(state_dir / "gqd.pid")
         store = Store(state_dir / defaults.DB_FILE)
         server = HeadServer(cfg, store)
+    except StoreRefused as exc:
+        # Nothing was written to the database; a restart would find it the same (the unit's
+        # RestartPreventExitStatus lists these statuses).
+        log.error("gqd cannot start: %s", exc)
+        return int(exc.exit_status)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqd cannot start: %s", exc)
         return int(ExitStatus.START_FAILED)
@@ -436,6 +503,15 @@ def main(argv: list[str] | None = None) -> int:
         server.close()
         store.close()
         os.close(lock)
+
+
+def _state_dir_mode(cfg: config_mod.Config) -> int:
+    """0700; 0711 where gqnode's state directory is inside gqd's (the default paths, on a host
+    that is also a node): its jobs execute their scripts, as their owners, from run directories
+    down there, which needs search permission on every directory above. Others still cannot
+    list it, and every file in it is 0600."""
+    node_dir = Path(cfg.node.state_dir.replace("{name}", "x")).absolute()
+    return 0o711 if Path(cfg.head.state_dir).absolute() in node_dir.parents else 0o700
 
 
 if __name__ == "__main__":

@@ -71,6 +71,8 @@ class Feed:
         first, last = self.store.event_bounds()
         last = min(last, self.committed)
         since = msg.get("since")
+        if since is not None and since < 0:  # the field's range is a time's (history's since)
+            raise ProtocolError(f"events: since is a sequence number, 0 or more, not {since}")
         if since is None:  # from now on (or, with `oldest`, from the oldest kept)
             since = first - 1 if msg.get("oldest") else last
         elif since < first - 1:

@@ -1,6 +1,6 @@
 """The head's live jobs filed by what its passes, timers and metrics look up, kept as jobs change.
 
-Every change to a job in memory is followed by `update(job)` (the head's `_save` does it), so a
+Every change to a job in memory is followed by `update(job)` (the job table's `_refile`), so a
 pass walks the pending jobs that are not held, and a node event the jobs on that node, instead
 of scanning the whole queue: 95,000 held jobs cost nothing per pass. Every list comes in the
 order of the head's `jobs` dict (the order the jobs entered memory), as a scan of it would.
@@ -96,11 +96,18 @@ class JobIndex:
 
     # ------------------------------------------------------------ changes
 
-    def add(self, job: Job) -> None:
-        """A job entered the head's memory (adding one already there changes nothing)."""
+    def add(self, job: Job, seq: int | None = None) -> None:
+        """A job entered the head's memory (adding one already there changes nothing); with
+        `seq`, one coming back where it was (a rollback: see `seq`)."""
         if job.id not in self._filed:
-            self._file(job, _filing(job, self._seq))
-            self._seq += 1
+            if seq is None:
+                seq = self._seq
+                self._seq += 1
+            self._file(job, _filing(job, seq))
+
+    def seq(self, job_id: int) -> int:
+        """Where a job in the index stands in the order jobs entered memory."""
+        return self._filed[job_id].seq
 
     def update(self, job: Job) -> None:
         """A job in memory changed (state, hold, spec or allocation): file it anew."""
@@ -183,6 +190,26 @@ class JobIndex:
             self._held[self._filed[job.id].hold] += 1
         self._fresh.clear()
         return fresh
+
+    def seen(self, job_id: int) -> bool:
+        """A held pending job that `take_fresh` handed out since its hold."""
+        f = self._filed.get(job_id)
+        return f is not None and f.state == JobState.PENDING and bool(f.hold) \
+            and job_id not in self._fresh
+
+    def see(self, job: Job) -> None:
+        """Count a held job as handed out again (it was, before a change now rolled back)."""
+        f = self._filed.get(job.id)
+        if f is not None and self._fresh.pop(job.id, None) is not None:
+            self._held[f.hold] += 1
+
+    def untake(self, fresh: list[Job]) -> None:
+        """Undo a `take_fresh` (its pass was rolled back): those of `fresh` still held and seen
+        are handed out again."""
+        for job in fresh:
+            if self.seen(job.id):
+                _decrement(self._held, self._filed[job.id].hold)
+                self._fresh[job.id] = job
 
     def placed(self) -> list[Job]:
         """Jobs that run, hold GPUs or have an allocation, in queue order."""

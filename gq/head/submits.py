@@ -10,6 +10,11 @@ are staged (Store.stage_jobs: no reader sees them, a restart drops them) until t
 inserts its last row and ends the staging commits. Its jobs enter memory (passes, listings,
 cancels) only from that turn on, never before they are in the store. Submits are worked one at
 a time in arrival order, so each one's ids are consecutive, as before.
+
+Each step of a submit is a savepoint of its own: one that fails takes back what it did (rows and
+memory), and the submit fails alone. A turn that fails to commit takes memory back with the store
+(the job table's journal); a submit whose staging had ended in an earlier turn keeps its jobs and
+takes the rest of them into memory from where the last commit left it.
 """
 
 from __future__ import annotations
@@ -18,19 +23,18 @@ import logging
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gq import protocol
 from gq.arrays import parse_array
+from gq.config import Config
 from gq.errors import GqError, StoreError, UsageError
 from gq.head import gate, limits
+from gq.head.jobs import JobTable
 from gq.model import Job, JobSpec
-from gq.store import spec_blob
-
-if TYPE_CHECKING:
-    from gq.head.core import Head
+from gq.store import Store, spec_blob
 
 log = logging.getLogger("gq.head")
 
@@ -48,7 +52,7 @@ class Submission:
     rid: int
     client: Any
     now: float
-    work: Iterator[None] | None = None
+    work: Generator[None, None, None] | None = None
     #: The ids to answer with: each spec's first job's (an array's id).
     ids: list[int] = field(default_factory=list)
     #: How many jobs (array tasks each count) it made.
@@ -59,6 +63,9 @@ class Submission:
     ended: bool = False
     #: ... and committed: its jobs are kept whatever happens next.
     durable: bool = False
+    #: Its jobs, once staging ended; the first `admitted` of them are in memory.
+    made: list[Job] = field(default_factory=list)
+    admitted: int = 0
     done: bool = False
     error: GqError | None = None
 
@@ -66,8 +73,10 @@ class Submission:
 class Submits:
     """The head's submits in arrival order; the first one is being worked on."""
 
-    def __init__(self, head: Head):
-        self.head = head
+    def __init__(self, table: JobTable, store: Store, cfg: Config):
+        self.table = table
+        self.store = store
+        self.cfg = cfg
         self.queue: deque[Submission] = deque()
         #: time.perf_counter() by which this turn's submit work stops; set by the loop each
         #: turn. None: no limit (a Head driven in-process finishes each submit at once).
@@ -122,10 +131,12 @@ class Submits:
         return self._answer()
 
     def aborted(self, exc: StoreError) -> tuple[list[tuple[Any, bytes]], int]:
-        """After the turn's transaction failed (and the head reloaded the store): the submit
-        being worked on fails unless it was committed already, its staged rows are dropped, and
-        those finished in this turn fail too."""
+        """After the turn's transaction failed (and memory went back to the last commit with
+        the store): the submit being worked on fails unless it was committed already, its
+        staged rows are dropped, and those finished in this turn fail too. A committed one
+        finished in this turn is worked on again: the jobs it took into memory were taken back."""
         self.accepted = 0
+        durable = [sub for sub in self.finished if sub.durable and sub.admitted < len(sub.made)]
         if self.queue and not self.queue[0].durable:
             sub = self.queue.popleft()
             if sub.work is not None:
@@ -134,24 +145,18 @@ class Submits:
             self.finished.append(sub)
             if sub.staged:
                 try:
-                    with self.head.store.tx():
-                        self.head.store.drop_staged()
+                    with self.store.tx():
+                        self.store.drop_staged()
                 except StoreError as again:  # readers skip them; the next stage_jobs drops them
                     log.error("cannot drop a failed submit's staged jobs yet: %s", again)
+        for sub in durable:
+            self.finished.remove(sub)
+            sub.done = False
+        self.queue.extendleft(reversed(durable))
         for sub in self.finished:
             if sub.error is None and not sub.durable:
                 sub.error = exc
         return self._answer()
-
-    def reloaded(self) -> None:
-        """The head rebuilt its memory from the store: the submit whose rows ended staging is
-        in it now (indexed by the reload), so it is finished."""
-        if self.queue and self.queue[0].ended and not self.queue[0].done:
-            sub = self.queue.popleft()
-            if sub.work is not None:
-                sub.work.close()
-            sub.done = True
-            self.finished.append(sub)
 
     def _answer(self) -> tuple[list[tuple[Any, bytes]], int]:
         replies, accepted = [], self.accepted
@@ -170,36 +175,71 @@ class Submits:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
     def _advance(self, sub: Submission) -> None:
+        """Work on `sub` until it is done or the turn's slice is up; a step that fails takes
+        back what it did and fails the submit (a bug in it fails it alone, gqd goes on)."""
         assert sub.work is not None
         try:
-            while True:
-                next(sub.work)
-                if self._late():
-                    return
-        except StopIteration:
-            sub.done = True
+            with self.table.isolated("submit", keep=()):
+                self._steps(sub)
         except sqlite3.Error:
             raise  # the turn's transaction fails: the loop's store-failure path answers it
         except GqError as exc:
             self._fail(sub, exc)
-        except Exception as exc:  # a bug: the submit fails alone, gqd goes on
+        except Exception as exc:
             log.exception("internal error handling a submit")
             self._fail(sub, GqError(f"internal error in gqd: {type(exc).__name__}: {exc}"))
 
-    def _fail(self, sub: Submission, exc: GqError) -> None:
+    def _steps(self, sub: Submission) -> None:
+        assert sub.work is not None
+        if not sub.ended:
+            try:
+                while True:
+                    next(sub.work)
+                    if self._late():
+                        return
+            except StopIteration:
+                pass
+        while sub.admitted < len(sub.made):
+            chunk = sub.made[sub.admitted:sub.admitted + ROW_CHUNK]
+            self.table.admit(chunk)
+            self._admitted(sub, sub.admitted + len(chunk))
+            if self._late() and sub.admitted < len(sub.made):
+                return
         sub.done = True
-        if sub.ended:
-            # Its jobs are in the transaction, maybe partly indexed: they stay queued, and
-            # memory is rebuilt from the store with them.
-            self.head.load(sub.now)
-        else:
-            sub.error = exc
-            if sub.staged:
-                self.head.store.drop_staged()
+
+    def _admitted(self, sub: Submission, count: int) -> None:
+        """The first `count` of the submit's jobs are in memory (journaled: a rolled-back turn
+        takes them out again, and the submit takes them in again from there)."""
+        was = sub.admitted
+        self.table.journal.record(lambda: setattr(sub, "admitted", was))
+        sub.admitted = count
+
+    def _fail(self, sub: Submission, exc: GqError) -> None:
+        """The step was taken back. A submit committed in an earlier turn keeps its jobs (it
+        is answered with them): those memory could not take are taken one by one."""
+        sub.done = True
+        if sub.durable:
+            self._admit_each(sub)
+            return
+        sub.error, sub.ended, sub.made = exc, False, []
+        if sub.staged:
+            self.store.drop_staged()
+
+    def _admit_each(self, sub: Submission) -> None:
+        for job in sub.made[sub.admitted:]:
+            try:
+                with self.table.isolated("submit", keep=()):
+                    self.table.admit([job])
+                    self._admitted(sub, sub.admitted + 1)
+            except Exception:
+                log.exception("job %d is in the store but gqd could not take it into memory; "
+                              "it is taken when gqd starts again", job.id)
 
     def _work(self, sub: Submission, raws: list[Any], accept: Callable[[Any], JobSpec],
-              now: float) -> Iterator[None]:
-        head, store = self.head, self.head.store
+              now: float) -> Generator[None, None, None]:
+        """Check the specs, then stage their rows: yields every few dozen specs or rows. Its
+        jobs are `sub.made` once staging ended (in this turn's transaction)."""
+        store = self.store
         specs = []
         for raw in raws:
             specs.append(accept(raw))
@@ -207,7 +247,7 @@ class Submits:
                 yield
         if not specs:
             raise UsageError("nothing to submit")
-        limits.check_submit(head.cfg, head.queued, specs)
+        limits.check_submit(self.cfg, self.table.queued, specs)
         yield
         next_id = store.stage_jobs()
         sub.staged = True
@@ -234,9 +274,4 @@ class Submits:
                     yield
         store.add_staged(rows)
         store.unstage()
-        sub.ended, sub.jobs = True, len(jobs)
-        for done, job in enumerate(jobs, 1):
-            head._track(job)
-            if done % ROW_CHUNK == 0:
-                yield
-        head.dirty = True
+        sub.ended, sub.jobs, sub.made = True, len(jobs), jobs

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gq import defaults
-from gq.errors import NotFoundError, PermissionDenied, RefusedError, Unauthenticated, UsageError
+from gq.errors import GqError, NotFoundError, PermissionDenied, RefusedError, Unauthenticated, UsageError
 from gq.head.auth import VIA_API, Caller
 from gq.model import Job
 from gq.store import Store
@@ -127,6 +127,20 @@ class Tokens:
                                   "expired; make a new one with gq token create")
         found.last_used = now
         return found
+
+
+class Refusals(dict):  # type: ignore[type-arg]
+    """Job reference -> why an action on it was refused (the reply's `errors`), with each
+    refusal's error code (`codes`: the reply's `error_codes`, from which gq api takes its
+    HTTP status)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: dict[str, str] = {}
+
+    def refuse(self, key: str, exc: GqError) -> None:
+        self[key] = str(exc)
+        self.codes[key] = exc.code
 
 
 def private(caller: Caller) -> bool:

@@ -22,6 +22,17 @@ class Usage:
         else:  # charges may come out of order (history loaded at start): decay the older one
             self._by_user[job.spec.user] = (value + self._decay(gpu_seconds, at - end), at)
 
+    def entry(self, user: str) -> tuple[float, float] | None:
+        """What is kept for `user` (for `restore`)."""
+        return self._by_user.get(user)
+
+    def restore(self, user: str, entry: tuple[float, float] | None) -> None:
+        """Put back what `entry` gave (a charge was rolled back)."""
+        if entry is None:
+            self._by_user.pop(user, None)
+        else:
+            self._by_user[user] = entry
+
     def at(self, now: float) -> dict[str, float]:
         return {user: self._decay(value, now - at) for user, (value, at) in self._by_user.items()}
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gq.node import cgroups as cg
-from gq.node.cgroups import CgroupConfigError, Hierarchy, Limits, SetupError, Usage
+from gq.node import cgroupfs as cg
+from gq.node.cgroupfs import CgroupConfigError, Hierarchy, Limits, SetupError, Usage
 
 #: Where the members of a run are listed, in order of preference (the freezer's hierarchy
 #: also stops them for the kill).

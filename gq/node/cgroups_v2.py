@@ -26,9 +26,9 @@ import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gq.node import cgroups as cg
+from gq.node import cgroupfs as cg
 from gq.node import cgroups_bpf
-from gq.node.cgroups import CgroupConfigError, Hierarchy, Limits, SetupError, Usage
+from gq.node.cgroupfs import CgroupConfigError, Hierarchy, Limits, SetupError, Usage
 
 #: The controllers a v2 node must have for its limits to hold.
 REQUIRED = ("memory", "cpuset", "pids")

@@ -25,6 +25,7 @@ import zmq
 
 from gq import defaults, keys, protocol, service
 from gq.errors import GqError
+from gq.fsutil import private_dir
 from gq.model import JobState
 from gq.node import disk, shepherd, trash
 from gq.node.gpus import GpuSource
@@ -62,7 +63,10 @@ class NodeDaemon:
         self.launch_problem = ""
         self.state_dir = state_dir
         self.jobs_dir = state_dir / "jobs"
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        # 0711: no one else lists them, but a job's owner reaches its run directory (0700, theirs)
+        # to execute the script there.
+        private_dir(state_dir, 0o711)
+        private_dir(self.jobs_dir, 0o711)
         self.gpu_source = gpus
         self.gpus = gpus.discover()
         self.cpus, self.mem = cpus, mem
@@ -239,7 +243,7 @@ class NodeDaemon:
             return  # a resent launch: this run already started here
         tmp = self.jobs_dir / f".{run_dir.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp.mkdir(mode=0o700)
         # Room for the record's lines (the final status above all) even if the disk fills up.
         disk.reserve(tmp / shepherd.RECORD_FILE, defaults.RUN_RECORD_RESERVE_BYTES)
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
@@ -249,7 +253,9 @@ class NodeDaemon:
         msg = {**msg, "isolation": self.isolation.plan(msg)}
         if self.relay:  # the job's gq commands go through this node (shepherd: GQ_ENDPOINT)
             msg = {**msg, "relay": self.relay.endpoint}
-        (tmp / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(msg, use_bin_type=True))
+        with open(os.open(tmp / shepherd.LAUNCH_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                          0o600), "wb") as order:  # the job's environment: its secrets
+            order.write(msgpack.packb(msg, use_bin_type=True))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
         started = _proc_start(pid)

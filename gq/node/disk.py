@@ -45,7 +45,7 @@ def reserve(path: Path, size: int) -> None:
     """Create the empty file `path` with `size` bytes of disk set aside for it (its size stays
     0: appends fill them). OSError ENOSPC if the disk has not that much; on a file system that
     cannot reserve, the file is only created."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         if _FALLOCATE is not None and _FALLOCATE(fd, _FALLOC_FL_KEEP_SIZE, 0, size) != 0:
             code = ctypes.get_errno()

@@ -211,7 +211,7 @@ def _under(path: Path, top: str) -> bool:
 
 def _plan_of(run_dir: Path) -> dict[str, Any]:
     """The isolation a run's launch file holds ({} for none, or a run of an older gqnode)."""
-    from gq.node.shepherd import LAUNCH_FILE
+    from gq.node.runfiles import LAUNCH_FILE
     try:
         launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
         return dict(launch.get(LAUNCH_KEY) or {})

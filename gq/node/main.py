@@ -19,6 +19,7 @@ import zmq
 from gq import config as config_mod
 from gq import keys, service
 from gq.errors import ExitStatus, GqError
+from gq.fsutil import private_dir
 from gq.model import parse_size
 from gq.node.daemon import NodeDaemon
 from gq.node.gpus import FAULT_FILE, open_gpus
@@ -47,10 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         # Real GPUs belong to one node: N identities sharing them would hand each out N times.
         parser.error("--virtual takes a count of 1 or more, and needs --fake-gpus")
     service.setup_logging(args.log_level)
+    os.umask(0o077)  # what gqnode writes is its own (a shepherd sets the job's umask)
     try:
         cfg = config_mod.load(args.config)
         name = args.name or socket.gethostname().split(".")[0]
         state_dir = Path((args.state_dir or cfg.node.state_dir).replace("{name}", name))
+        private_dir(state_dir, 0o711)
         lock = acquire(state_dir / "gqnode.pid")
         if args.virtual:
             daemon: NodeDaemon | VirtualNodes = VirtualNodes(

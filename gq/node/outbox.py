@@ -25,7 +25,7 @@ from gq.fsutil import write_atomic
 class Outbox:
     def __init__(self, directory: Path):
         self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._entries: dict[int, dict[str, Any]] = {}
         #: File name -> sequence numbers in it not yet acked; the file goes with the last ack.
         self._files: dict[str, set[int]] = {}
@@ -73,7 +73,7 @@ class Outbox:
         self._staged = []
         name = f"{batch[0]['seq']:016d}.msg"
         try:
-            write_atomic(self.dir / name, msgpack.packb(batch, use_bin_type=True))
+            write_atomic(self.dir / name, msgpack.packb(batch, use_bin_type=True), mode=0o600)
         except OSError:
             for entry in batch:
                 self._entries[entry["seq"]] = self._unwritten[entry["seq"]] = entry

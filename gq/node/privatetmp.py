@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from gq.node.cgroups import SetupError
+from gq.node.cgroupfs import SetupError
 
 _CLONE_NEWNS = 0x00020000
 _MS_BIND = 4096

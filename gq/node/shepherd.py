@@ -35,20 +35,11 @@ from gq.errors import GqError
 from gq.fsutil import write_atomic
 from gq.model import JobSignal, JobState, parse_signal
 from gq.node.isolation import RunIsolation, SetupError
+# The run directory's files, named here too (gqnode and the tests use them as shepherd.X).
+from gq.node.runfiles import (  # noqa: F401
+    JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
+    open_ours, read_pid, read_record, read_status, read_trusted, record)
 
-LAUNCH_FILE = "launch.msg"
-#: The run's record, one line a fact, appended as each is known: "shepherd PID START" (gqnode,
-#: for adoption), "job PID START" (the job's session is killed if the shepherd dies without a
-#: status) and "status JSON" (durable). One file appended to, not a file a fact: creating a file
-#: costs ~0.3 ms of kernel CPU here (an ext4 inode), an append next to nothing.
-RECORD_FILE = "run"
-#: Where gqnodes before the record kept the status, the shepherd's pid and the job's: runs they
-#: started may still be adopted.
-STATUS_FILE = "status.json"
-PID_FILE = "shepherd.pid"
-JOB_PID_FILE = "job.pid"
-STOP_FILE = "stop.json"
-LOG_FILE = "shepherd.log"
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
 #: When nothing else is due, the shepherd still wakes this often (seconds) to re-check its child.
 _IDLE_WAKE_S = 60.0
@@ -114,7 +105,7 @@ class _LazyLog(io.TextIOBase):
     def write(self, text: str) -> int:
         if self.file is None:
             try:
-                fd = _open_ours(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                fd = open_ours(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             except OSError:
                 return len(text)  # nowhere to write it: dropped, as on a full disk
             self.file = open(fd, "w", buffering=1)  # noqa: SIM115
@@ -123,70 +114,6 @@ class _LazyLog(io.TextIOBase):
     def flush(self) -> None:
         if self.file is not None:
             self.file.flush()
-
-
-def _open_ours(path: Path, flags: int) -> int:
-    """Open a file in the run's directory for writing as gqnode's user. The directory may be
-    the job owner's: no link is followed (nor a FIFO waited on), and a file they put there
-    instead of ours is refused."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    if os.fstat(fd).st_uid != os.geteuid():
-        os.close(fd)
-        raise PermissionError(f"{path} is not gqnode's")
-    return fd
-
-
-def record(run_dir: Path, tag: str, text: str, durable: bool = False) -> None:
-    """Append the fact `tag text` to the run's record (a single write of one line: appends by
-    gqnode and the shepherd never mix). `durable`: on disk, and the record in its directory,
-    before this returns."""
-    fd = _open_ours(run_dir / RECORD_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    line = f"{tag} {text}\n".encode()
-    try:
-        end = os.fstat(fd).st_size
-        try:
-            if os.write(fd, line) != len(line):  # out of space part-way: ENOSPC comes next
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_dir / RECORD_FILE))
-        except OSError:
-            os.ftruncate(fd, end)  # no half line for the next append to run on from
-            raise
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if durable:
-        dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)  # a record created by this append must survive a power cut too
-        finally:
-            os.close(dir_fd)
-
-
-def read_record(run_dir: Path) -> dict[str, str]:
-    """The run's facts, tag -> text (the last line of each tag; a line cut short by a crash is
-    not one); {} if there is no record we wrote."""
-    try:
-        text = _read_trusted(run_dir / RECORD_FILE)
-    except (OSError, UnicodeDecodeError):
-        return {}
-    facts = {}
-    for line in text.split("\n")[:-1]:
-        tag, _, rest = line.partition(" ")
-        facts[tag] = rest
-    return facts
-
-
-def read_pid(run_dir: Path, tag: str, legacy: str) -> tuple[int, float]:
-    """(pid, start time) the record holds for `tag` ("shepherd" or "job"), else what the file
-    `legacy` of an older gqnode does; (0, 0.0) if neither."""
-    text = read_record(run_dir).get(tag)
-    try:
-        if text is None:
-            text = (run_dir / legacy).read_text()
-        pid, started = text.split()
-        return int(pid), float(started)
-    except (OSError, ValueError):
-        return 0, 0.0
 
 
 def run(run_dir: Path) -> int:
@@ -467,7 +394,7 @@ def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float
     order: dict[str, Any] = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
     if no_kill:
         order["no_kill"] = True
-    write_atomic(run_dir / STOP_FILE, json.dumps(order).encode())
+    write_atomic(run_dir / STOP_FILE, json.dumps(order).encode(), mode=0o600)
 
 
 def _stop_order(run_dir: Path, default_grace: float) -> _Stop:
@@ -475,7 +402,7 @@ def _stop_order(run_dir: Path, default_grace: float) -> _Stop:
     launch's grace, as for a cancel."""
     default = _Stop(signal.SIGTERM, False, default_grace)
     try:
-        order = json.loads(_read_trusted(run_dir / STOP_FILE))
+        order = json.loads(read_trusted(run_dir / STOP_FILE))
         grace = order.get("grace_s")
         stop = _Stop(parse_signal(order["signal"]).number, bool(order.get("batch_only")),
                      default_grace if grace is None else max(0.0, float(grace)),
@@ -490,15 +417,6 @@ def _stop_order(run_dir: Path, default_grace: float) -> _Stop:
     except (OSError, ValueError, TypeError, KeyError, AttributeError, GqError) as exc:
         print(f"gq shepherd: bad stop order ({exc!r}); sending SIGTERM", file=sys.stderr)
         return default
-
-
-def _read_trusted(path: Path) -> str:
-    """A file only we (gqnode's user) can have written: the run's directory belongs to the job's
-    owner, who must not be able to order a longer grace or no signal for their own job."""
-    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:  # no FIFO waits
-        if os.fstat(f.fileno()).st_uid != os.geteuid():
-            raise PermissionError(f"{path} is not gqnode's")
-        return f.read()
 
 
 def _deliver(pid: int, signum: int, batch_only: bool, jail: RunIsolation) -> None:
@@ -607,16 +525,6 @@ def _write_status(run_dir: Path, state: JobState, code: int | None, started: flo
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             time.sleep(_STATUS_RETRY_S)
-
-
-def read_status(run_dir: Path) -> dict[str, Any] | None:
-    text = read_record(run_dir).get("status")
-    try:
-        if text is None:  # a shepherd of an older gqnode
-            text = (run_dir / STATUS_FILE).read_text()
-        return json.loads(text)
-    except (OSError, ValueError):
-        return None
 
 
 if __name__ == "__main__":  # debugging aid: run one shepherd in the foreground

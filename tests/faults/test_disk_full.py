@@ -12,11 +12,15 @@ import subprocess
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from gq.cluster import write_config
+from gq.errors import StoreError
 from tests.conftest import LiveCluster, prepare, running, wait_for
+
+T = TypeVar("T")
 
 #: Big enough for gqd's database and WAL with a few jobs, small enough to fill in an instant.
 TMPFS_SIZE = "2M"
@@ -165,3 +169,51 @@ def test_jobs_filling_the_node_disk_keep_their_results_and_the_node_comes_back(
     wait_for(lambda: _node(live)["state"] == "UP", "node1 to take jobs again by itself")
     done = live.wait_state(waiting, "COMPLETED", "FAILED")
     assert (done["state"], done["node_list"], done["restart_count"]) == ("COMPLETED", ["node1"], 0)
+
+
+def _registrations(live: LiveCluster) -> int:
+    return live.log("gqd").count("node node1 registered")
+
+
+def _read(read: Callable[[], T]) -> T | None:
+    """A read of gqd's state, or None when it shared a batch whose commit failed (its reply is
+    refused too: it may have seen a change that was taken back)."""
+    try:
+        return read()
+    except StoreError:
+        return None
+
+
+def test_a_failed_commit_keeps_the_nodes_registered_and_every_job(
+        small_disk_cluster: tuple[LiveCluster, Path]) -> None:
+    """Batches fail to commit while the disk is full (refused submits, then a job's end): gqd
+    takes its memory back to the last commit without a reload, so its node stays registered (it
+    is never asked to register again) and every job acknowledged before is kept; once space
+    returns the end that could not be saved is, and the queue goes on."""
+    live, state = small_disk_cluster
+    running_job = live.submit("--wrap", "sleep 3")
+    live.wait_state(running_job, "RUNNING")
+    queued = [live.submit("--wrap", "true") for _ in range(3)]
+    registered = _registrations(live)
+    filler = _fill(state)
+    for _ in range(3):
+        refused = live.gq("submit", "--wrap", "true")
+        assert refused.returncode == 1 and "nothing was changed" in refused.stderr, refused
+    failures = live.log("gqd").count("could not save to its database")
+    assert failures >= 3
+    # The running job ends while the disk is full: its end cannot be saved (not acked: the
+    # node sends it again), and the node's heartbeats go on being heard meanwhile.
+    wait_for(lambda: live.log("gqd").count("could not save to its database") > failures + 2,
+             "gqd to fail to save the job's end, again and again")
+    wait_for(lambda: _read(lambda: [n["state"] for n in live.nodes()]) == ["UP"],
+             "node1 to be UP")
+    assert _registrations(live) == registered, "a failed commit made the node register again"
+    shown = wait_for(lambda: _read(lambda: live.show(running_job)), "gqd to show the job")
+    assert shown["state"] == "RUNNING"  # as the store has it: its end is not saved yet
+    assert wait_for(lambda: _read(lambda: _queued(live)), "the queue") == [running_job, *queued]
+
+    filler.unlink()
+    assert live.wait_state(running_job, "COMPLETED")["exit_code"] == 0
+    for job in queued:
+        live.wait_state(job, "COMPLETED")
+    assert _registrations(live) == registered

@@ -1,0 +1,220 @@
+"""The requests that read jobs: queue, show, history, accounting, and waits answered later. Live
+jobs come from the job table, ended ones from the store; a listing is paged to fit a message."""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gq import defaults, gcpause, protocol
+from gq.errors import ProtocolError
+from gq.head.actions import ref
+from gq.head import tokens
+from gq.head.auth import Caller
+from gq.head.jobs import JobTable
+from gq.head.views import pending_view
+from gq.model import JOB_FIELDS, Job, JobState, iso_time, job_record
+from gq.sched import Policy
+from gq.sched.priority import factors
+from gq.store import Store
+
+#: Finished jobs stay visible in `gq queue --all` this long, in seconds (Slurm's MinJobAge).
+RECENT_S = 300.0
+#: A page of a listing holds records of at most this many bytes (msgpack), half the message
+#: limit: the rest of the reply always fits.
+PAGE_BYTES = defaults.MAX_MESSAGE_BYTES // 2
+#: Most jobs one `history` reply holds when the client asks for no page (older clients).
+HISTORY_MAX = 100_000
+
+
+@dataclass
+class Parked:
+    """A client `wait` request answered later."""
+
+    client: Any
+    rid: int
+    ids: list[int]
+    #: On the steady clock (JobTable.steady): a step of the wall clock answers no wait early.
+    deadline: float
+
+
+class Listings:
+    def __init__(self, table: JobTable, store: Store, policy: Policy):
+        self.table = table
+        self.store = store
+        #: Pending jobs' priorities are shown under it (the head's, set again on SIGHUP).
+        self.policy = policy
+        self.parked: list[Parked] = []
+
+    def req_queue(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        """Live jobs (and with `all`, or states past running, those ended in the last
+        RECENT_S), oldest first: all of them, or with `limit` a page of those after `after`."""
+        states = set(msg.get("states") or [])
+        after = msg.get("after", 0)
+        msg = {**msg, "user": tokens.listed_user(msg.get("user"), caller)}
+        live = self.table.jobs
+        jobs: Iterable[Job] = (live[i] for i in _ids_after(live, after)
+                               if not live[i].state.terminal)
+        if msg.get("all") or states - {"PENDING", "RUNNING"}:
+            recent = {j.id: j for j in self.store.finished_jobs(since=now - RECENT_S)
+                      if j.id > after}  # the store's record wins, as it is the later one
+            jobs = heapq.merge((j for j in jobs if j.id not in recent), recent.values(),
+                               key=lambda j: j.id)
+        if user := msg.get("user"):
+            jobs = (j for j in jobs if j.spec.user == user)
+        if states:
+            jobs = (j for j in jobs if j.state.value in states)
+        fields = _fields(msg)
+        if fields is None or "priority" in fields:
+            jobs = self.table.shown(jobs, now, self.policy)
+        record = job_record(None if fields is None else tuple(fields))
+        if not msg.get("start"):
+            return _paged(jobs, record, msg.get("limit"))
+
+        def with_start(job: Job) -> dict[str, Any]:
+            # squeue --start: the scheduler's reservations of pending jobs
+            data = record(job)
+            if job.state == JobState.PENDING:
+                data.update(self._expected(job))
+            return data
+        return _paged(jobs, with_start, msg.get("limit"))
+
+    def _expected(self, job: Job) -> dict[str, Any]:
+        """When and where the last pass expects a pending job to start (None: no reservation)."""
+        res = self.table.reservations.get(job.id)
+        return {"expected_start": iso_time(res.start) if res else None,
+                "expected_nodes": list(res.alloc) if res else None}
+
+    def req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        [job] = self.table.shown([tokens.readable(self.table.lookup(ref(msg["id"])), caller)],
+                                 now, self.policy)
+        data = job.to_json()
+        data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
+                    cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem,
+                    **self._run_stats([job])(job))
+        if job.state == JobState.PENDING:
+            usage = self.table.usage.at(now)
+            data["priority_factors"] = factors(pending_view(job), now, self.policy, usage,
+                                               sum(usage.values()), len(usage))
+        if job.id in self.table.reservations:
+            data.update(self._expected(job))
+        return {"job": data}
+
+    def req_history(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        """Jobs of the store in sacct's window, by id: up to HISTORY_MAX of them, or with
+        `limit` a page of those after `after`."""
+        limit = msg.get("limit")
+        jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"),
+                                  after=msg.get("after", 0),
+                                  limit=HISTORY_MAX if limit is None else limit + 1)
+        record, stats = job_record(), self._run_stats(jobs)
+        return _paged(jobs, lambda j: {**record(j), **stats(j)}, limit)
+
+    def _run_stats(self, jobs: list[Job]) -> Callable[[Job], dict[str, Any]]:
+        """Each job's latest run's peak memory and CPU time (None while it runs or unknown)."""
+        known = self.store.run_stats((j.id, j.restart_count) for j in jobs
+                                     if j.state.terminal)
+        return lambda j: known.get(j.id, _NO_STATS)
+
+    def req_accounting(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                       ) -> dict:
+        """GPU-seconds inside [since, until] by user, account, QOS and how the run ended
+        (RUNNING for runs still going, counted up to now)."""
+        since, until = msg["since"], min(msg["until"], now)
+        rows = [{"user": u, "account": a, "qos": q, "state": st, "gpu_seconds": sec}
+                for u, a, q, st, sec in self.store.run_usage(since, until)]
+        for job_id in self.table.launches:
+            job = self.table.jobs.get(job_id)
+            if job is None or job.state != JobState.RUNNING or job.start_time is None:
+                continue
+            seconds = job.spec.gpus * job.spec.nodes * (until - max(since, job.start_time))
+            if seconds > 0:
+                rows.append({"user": job.spec.user, "account": job.spec.account or "",
+                             "qos": job.spec.qos or "", "state": JobState.RUNNING.value,
+                             "gpu_seconds": seconds})
+        return {"rows": rows}
+
+    def req_wait(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+                 ) -> dict | None:
+        # An array's id waits for all its tasks.
+        jobs = [job for raw in msg["ids"] for job in self.table.expand(ref(raw))]
+        ids = [job.id for job in jobs]
+        if all(j.state.terminal for j in jobs):
+            return {"done": True,
+                    "jobs": [j.to_json() for j in self.table.shown(jobs, now, self.policy)]}
+        timeout = min(float(msg.get("park_s", defaults.WAIT_POLL_S)), 300.0)
+        self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids,
+                                  deadline=self.table.steady(now) + timeout))
+        return None
+
+    def answer_parked(self, now: float) -> list[tuple[Any, bytes]]:
+        """Replies to the waits whose jobs have all ended or whose time is up (a turn that
+        fails to commit sends none of them: they wait again, as what they saw was taken back)."""
+        keep, out = [], []
+        steady = self.table.steady(now)
+        for p in self.parked:
+            jobs = [self.table.jobs.get(i) or self.store.get_job(i) for i in p.ids]
+            done = all(j is None or j.state.terminal for j in jobs)
+            if done or steady >= p.deadline:
+                out.append((p.client, protocol.ok(
+                    p.rid, done=done,
+                    jobs=[j.to_json() for j in self.table.shown(filter(None, jobs), now,
+                                                                 self.policy)])))
+            else:
+                keep.append(p)
+        if out:
+            was = self.parked
+            self.table.journal.record(lambda: setattr(self, "parked", was))
+            self.parked = keep
+        return out
+
+
+def _ids_after(jobs: dict[int, Job], after: int) -> list[int]:
+    """The ids of `jobs` past `after`, in order (the dict is nearly in id order already, which
+    sorts in linear time)."""
+    ids = sorted(jobs)
+    return ids[bisect.bisect_right(ids, after):]
+
+
+def _fields(msg: dict[str, Any]) -> list[str] | None:
+    """The job fields a listing asks for (None: all of them)."""
+    fields = msg.get("fields")
+    if fields is not None:
+        for name in fields:
+            if not isinstance(name, str) or name not in JOB_FIELDS:
+                raise ProtocolError(f"{msg['type']}: unknown job field {name!r}")
+    return fields
+
+
+def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
+           limit: int | None) -> dict[str, Any]:
+    """A listing's reply: the records of all `jobs`; or with `limit`, of the first `limit` of
+    them that fit in PAGE_BYTES, and `next`, the id to ask for the rest after (None: none
+    left). A client that pages never meets the message size limit, however many jobs."""
+    with gcpause.paused():  # thousands of new records: see gq.gcpause
+        if limit is None:
+            return {"jobs": [record(j) for j in jobs]}
+        out: list[dict[str, Any]] = []
+        parts: list[bytes] = []  # each record packed, to measure it and then to send as it is
+        pack = protocol.packer()
+        size, last, more = 0, None, False
+        for job in jobs:
+            if len(out) == limit:
+                more = True
+                break
+            data = record(job)
+            packed = pack(data)
+            size += len(packed)
+            if out and size > PAGE_BYTES:
+                more = True
+                break
+            out.append(data)
+            parts.append(packed)
+            last = job.id
+        return {"jobs": protocol.PackedItems(out, parts), "next": last if more else None}
+
+
+_NO_STATS = {"max_rss": None, "total_cpu_s": None}
