@@ -288,7 +288,7 @@ class Client:
                      read_only: bool = False, user: str | None = None) -> dict[str, Any]:
         """A new API token of yours (an admin's: of `user`): {"token": "gq_...", "id", "name",
         "user", "uid", "created", "expires", "read_only"}. The token is shown only here."""
-        extra = {"user": user} if user is not None else {}
+        extra: dict[str, Any] = {"user": user} if user is not None else {}
         return self.request(protocol.TOKEN_CREATE, name=name, expires_s=expires_s,
                             read_only=read_only, **extra)
 

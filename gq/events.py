@@ -97,7 +97,8 @@ def since(conn: sqlite3.Connection, after: int, until: int, *, uid: int | None =
     """Events with after < seq <= until, oldest first, at most `limit`: with `uid`, only node
     events and that uid's job events; the other filters keep only events that match them all
     (a job or array filter keeps job events only)."""
-    where, args = ["seq > ?", "seq <= ?"], [after, until]
+    where = ["seq > ?", "seq <= ?"]
+    args: list[Any] = [after, until]
     if uid is not None:
         where.append("(kind = 'node' OR uid = ?)")
         args.append(uid)

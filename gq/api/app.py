@@ -118,7 +118,8 @@ class Api:
         q = _Query(request)
         ref = _job_ref(request)
         signal = q.text("signal")
-        extra = {} if signal is None else {"signal": signal, "batch_only": q.flag("batch")}
+        extra: dict[str, Any] = {} if signal is None else {"signal": signal,
+                                                           "batch_only": q.flag("batch")}
         reply = await self.call(token, protocol.CANCEL, ids=[ref], **extra)
         return _done(ref, reply["cancelled"], reply)
 
@@ -150,9 +151,10 @@ class Api:
             if not last_id.isdigit() or len(last_id) > 18:
                 raise UsageError(f"bad Last-Event-ID {last_id!r}: expected an event's seq")
             since = int(last_id)
-        filters = {"user": q.text("user"), "job": q.integer("job", 1, 2**63 - 1),
-                   "array": q.integer("array", 1, 2**63 - 1),
-                   "kinds": [k] if (k := q.choice("kind", ("job", "node"))) else None}
+        kind = q.choice("kind", ("job", "node"))
+        filters: dict[str, Any] = {
+            "user": q.text("user"), "job": q.integer("job", 1, 2**63 - 1),
+            "array": q.integer("array", 1, 2**63 - 1), "kinds": [kind] if kind else None}
         limit = q.integer("limit", 1, 10_000)
         first = await self.call(token, protocol.EVENTS, since=since, **filters,
                                 **({"limit": limit} if limit else {}))
