@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gq import config as config_mod
 from tests.apisite import ApiSite, api_cluster
 from tests.conftest import prepare, wait_for
-from tests.test_users import User, top, users  # noqa: F401 - fixtures
+from tests.test_users import User, system, top, users  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -25,14 +24,7 @@ pytestmark = pytest.mark.skipif(
 def site(top: Path, users: dict[str, User]) -> Iterator[ApiSite]:  # noqa: F811
     (top / "cluster").mkdir()
     live = prepare(top / "cluster")
-
-    def system(cfg: config_mod.Config) -> None:
-        cfg.head.client_endpoints = [f"ipc://{top / 'run' / 'gqd.sock'}"]
-        cfg.auth.owner = ""  # a system cluster: everyone may connect
-        cfg.auth.allow_root_jobs = False
-        cfg.auth.admins = ["root", users["carol"].name]
-
-    with api_cluster(live, change=system) as site:
+    with api_cluster(live, change=system(top, users)) as site:
         yield site
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gq import defaults
-from gq.errors import GqError, NotFoundError, PermissionDenied, RefusedError, Unauthenticated, UsageError
+from gq.errors import (GqError, NotFoundError, PermissionDenied, RefusedError, Unauthenticated,
+                       UsageError)
 from gq.head.auth import VIA_API, Caller
 from gq.model import Job
 from gq.store import Store
