@@ -6,6 +6,8 @@ read-only one; the limits."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,3 +228,39 @@ def test_output_not_readable_where_gq_api_runs_says_so(site: ApiSite, token: str
         assert resp.status_code == 404
         assert f"local-{job}.out does not exist (yet) where gq api runs" in \
             resp.json()["error"]["message"]
+
+
+def test_gq_events_and_gq_token_from_the_cli(site: ApiSite) -> None:
+    live = site.live
+    follow = subprocess.Popen([sys.executable, "-m", "gq.cli.main", "events", "--follow",
+                               "--json", "--kind", "job"], env=live.env, cwd=live.work,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # --follow starts from now: let it ask before the job exists
+        job = live.submit("--wrap", "true")
+        seen: list[dict[str, Any]] = []
+        assert follow.stdout is not None
+        for line in follow.stdout:
+            seen.append(json.loads(line))
+            if seen[-1]["id"] == job and seen[-1]["state"] == "COMPLETED":
+                break
+        assert [e["state"] for e in seen if e["id"] == job] == ["PENDING", "RUNNING",
+                                                                  "COMPLETED"]
+    finally:
+        follow.kill()
+        follow.wait()
+        if follow.stdout is not None:
+            follow.stdout.close()
+    listed = live.gq("events", "--since", str(seen[0]["seq"] - 1), "--job", str(job), check=True)
+    assert [line.split()[-1] for line in listed.stdout.splitlines()][-1] == "0", listed.stdout
+    made = json.loads(live.gq("token", "create", "--read-only", "--name", "cli", "--expires",
+                              "2h", "--json", check=True).stdout)
+    assert made["read_only"] and made["expires"] - made["created"] == 7200
+    with site.http(made["token"]) as http:
+        assert http.get("/v1/nodes").status_code == 200
+    tokens = json.loads(live.gq("token", "list", "--json", check=True).stdout)["tokens"]
+    assert made["id"] in [t["id"] for t in tokens] and "token" not in tokens[0]
+    assert live.gq("token", "revoke", str(made["id"])).returncode == 0
+    assert live.gq("token", "revoke", str(made["id"])).returncode == 1, "already gone"
+    with site.http(made["token"]) as http:
+        assert http.get("/v1/nodes").status_code == 401
