@@ -18,6 +18,7 @@ import itertools
 import os
 import pwd
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gq import config as config_mod
@@ -277,6 +278,53 @@ class Client:
                                  park_s=poll)
             if reply.get("done") or (end is not None and time.monotonic() >= end):
                 return list(reply["jobs"])
+
+
+    def events(self, since: int | None = None, follow: bool = False, *, oldest: bool = False,
+               user: str | None = None, job: int | None = None, array: int | None = None,
+               kinds: list[str] | None = None, limit: int = defaults.EVENTS_PAGE
+               ) -> Iterator[dict[str, Any]]:
+        """Job and node events after sequence number `since` (None: from now on; with
+        `oldest`, from the oldest kept), oldest first, as dicts (docs/API.md); only those of
+        `user`, job `job`, array `array` or `kinds` ("job", "node") if given. Without
+        `follow` it ends with the newest committed event; with it, it waits for more for ever,
+        and a head that restarts or is out of reach for a while costs it nothing: it asks again
+        from the last event it gave, so each event comes exactly once. A pruned `since` raises
+        GoneError saying where the stream now starts."""
+        filters = {k: v for k, v in (("user", user), ("job", job), ("array", array),
+                                     ("kinds", kinds)) if v is not None}
+        cursor = since
+        while True:
+            park = defaults.WAIT_POLL_S if follow else 0.0
+            try:
+                reply = self.request(protocol.EVENTS, timeout_s=park + self.timeout_s,
+                                     since=cursor, oldest=oldest, limit=limit, park_s=park,
+                                     **filters)
+            except UnreachableError:
+                if not follow:
+                    raise
+                time.sleep(defaults.EVENTS_RETRY_S)
+                continue
+            yield from reply["events"]
+            cursor = reply["next"]
+            if not follow and cursor >= reply["last"]:
+                return
+
+    def token_create(self, name: str = "", expires_s: float = defaults.TOKEN_EXPIRES_S,
+                     read_only: bool = False, user: str | None = None) -> dict[str, Any]:
+        """A new API token of yours (an admin's: of `user`): {"token": "gq_...", "id", "name",
+        "user", "uid", "created", "expires", "read_only"}. The token is shown only here."""
+        extra: dict[str, Any] = {"user": user} if user is not None else {}
+        return self.request(protocol.TOKEN_CREATE, name=name, expires_s=expires_s,
+                            read_only=read_only, **extra)
+
+    def token_list(self, everyone: bool = False) -> list[dict[str, Any]]:
+        """Your tokens' records (an admin's with `everyone`: all users'), never the tokens."""
+        return list(self.request(protocol.TOKEN_LIST, all=everyone)["tokens"])
+
+    def token_revoke(self, ids: list[int]) -> dict[str, Any]:
+        """Revoke tokens by id: at once, for every request after; `done` and `errors`."""
+        return self.request(protocol.TOKEN_REVOKE, ids=ids)
 
 
 def _user_name(uid: int) -> str:

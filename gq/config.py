@@ -59,6 +59,10 @@ class HeadConfig:
     mail_program: str = ""
     #: Slurm's ClusterName, which jobs see as SLURM_CLUSTER_NAME.
     cluster_name: str = defaults.CLUSTER_NAME
+    #: Job and node events (gq events, gq api's /v1/events) are kept this long, in seconds,
+    #: and at most this many of the newest.
+    events_keep_s: float = defaults.EVENTS_KEEP_S
+    events_keep_rows: int = defaults.EVENTS_KEEP_ROWS
 
 
 #: `[node] cgroups` values (gq.node.cgroups).
@@ -116,6 +120,39 @@ class RelayConfig:
     #: The relay's key pair, key_dir/NAME.key_secret (gq admin keygen --relay NAME); "" is
     #: the host name.
     name: str = ""
+
+
+@dataclass
+class ApiConfig:
+    """`gq api`, the HTTP API (docs/API.md, gq-api(8))."""
+
+    #: HOST:PORT it serves HTTP on: loopback by default (put TLS in front, docs/API.md).
+    listen: str = defaults.API_LISTEN
+    #: gqd's relay endpoint as this host reaches it; "" is [relay] head, else gqd's own
+    #: relay_endpoint with 127.0.0.1 for a wildcard host (gq api on the head host).
+    head: str = ""
+    #: Its key pair, key_dir/NAME.key_secret, listed in gqd's key_dir/relays/ with kind api
+    #: (gq admin keygen --relay NAME --kind api).
+    name: str = "api"
+    #: DEALER sockets to gqd that all HTTP requests share.
+    sockets: int = 2
+    #: TLS: a PEM certificate (chain) and its key; both "" serves plain HTTP.
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: Largest request body, in bytes (413 past it).
+    max_body_bytes: int = defaults.API_MAX_BODY_BYTES
+    #: Most job specs one POST /v1/jobs may hold, and most jobs a page of GET /v1/jobs.
+    max_jobs_per_submit: int = defaults.API_MAX_JOBS_PER_SUBMIT
+    max_page: int = defaults.API_MAX_PAGE
+    #: Requests per second each token may make on average, and in a burst (429 with
+    #: Retry-After past them); 0 is no limit.
+    rate_per_s: float = defaults.API_RATE_PER_S
+    rate_burst: int = defaults.API_RATE_BURST
+    #: Most gq requests waiting for gqd at once, all tokens together (503 past it): a flood of
+    #: HTTP requests queues here, not in gqd.
+    max_in_flight: int = defaults.API_MAX_IN_FLIGHT
+    #: How long gq api waits for gqd's reply, in seconds.
+    timeout_s: float = defaults.CLIENT_TIMEOUT_S
 
 
 @dataclass
@@ -216,6 +253,7 @@ class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     qos: dict[str, QosConfig] = field(default_factory=_default_qos)
     #: None defined: one partition, defaults.DEFAULT_PARTITION, of every node.
@@ -242,7 +280,8 @@ class Config:
 
 
 _SECTIONS = {"head": HeadConfig, "node": NodeConfig, "client": ClientConfig,
-             "relay": RelayConfig, "scheduler": SchedulerConfig, "auth": AuthConfig}
+             "relay": RelayConfig, "api": ApiConfig, "scheduler": SchedulerConfig,
+             "auth": AuthConfig}
 _DURATION_KEYS = {"default_time", "max_time"}
 
 
@@ -293,6 +332,9 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     if not 0 <= cfg.head.default_retries <= defaults.MAX_RETRIES:
         raise ConfigError(f"{source}: [head] default_retries must be 0..{defaults.MAX_RETRIES}, "
                           f"not {cfg.head.default_retries}")
+    if not (0 < cfg.head.events_keep_s < math.inf and cfg.head.events_keep_rows >= 1):
+        raise ConfigError(f"{source}: [head] events_keep_s must be seconds over 0 and "
+                          f"events_keep_rows 1 or more")
     # Known only once [head] is read, wherever it stands in the file.
     for name, qos in cfg.qos.items():
         if name not in graced:
@@ -448,10 +490,10 @@ def _personal_head_alive() -> bool:
 
 
 def to_toml(cfg: Config) -> str:
-    """TOML text of the parts `gq up` writes (head, node, client, relay, auth), for a personal
-    cluster."""
+    """TOML text of the parts `gq up` writes (head, node, client, relay, api, auth), for a
+    personal cluster."""
     lines: list[str] = []
-    for section in ("head", "node", "client", "relay"):
+    for section in ("head", "node", "client", "relay", "api"):
         lines.append(f"[{section}]")
         for key, value in dataclasses.asdict(getattr(cfg, section)).items():
             lines.append(f"{key} = {_toml_value(value)}")

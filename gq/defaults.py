@@ -95,6 +95,44 @@ LOOP_TICK_S = 1.0
 #: waiting. A pass on a small queue takes well under a millisecond.
 PASS_SPACING = 1.0
 
+#: Job and node events ([head] events_keep_s, events_keep_rows): kept this long, in seconds,
+#: and at most this many; gqd prunes older ones every EVENTS_PRUNE_S seconds.
+EVENTS_KEEP_S = 7 * 86400.0
+EVENTS_KEEP_ROWS = 1_000_000
+EVENTS_PRUNE_S = 60.0
+#: Events in one reply when the request names no limit, and the most one may name.
+EVENTS_PAGE = 1000
+MAX_EVENTS_PAGE = 10_000
+#: Most events one `events` request looks through (past it the reply says where it got to):
+#: a consumer far behind with a narrow filter cannot hold gqd's loop for a scan of them all.
+MAX_EVENTS_SCAN = 50_000
+#: How long `Client.events(follow=True)` waits before asking an unreachable head again, in s.
+EVENTS_RETRY_S = 1.0
+#: Longest an `events` or `wait` request is parked on the head, in seconds.
+MAX_PARK_S = 300.0
+
+#: API tokens: how long one lasts when `gq token create` names no --expires, and the longest
+#: it may name, in seconds; the longest name, in characters; most tokens per user.
+TOKEN_EXPIRES_S = 30 * 86400
+MAX_TOKEN_EXPIRES_S = 3650 * 86400
+MAX_TOKEN_NAME = 100
+MAX_TOKENS_PER_USER = 100
+
+#: gq api: where it serves HTTP; its largest request body, in bytes; most specs per submit and
+#: jobs per listing page; requests per second per token, on average and in a burst; most
+#: requests waiting for gqd at once; how often an idle event stream gets a keep-alive comment
+#: and how long each of its requests is parked on gqd, in seconds; how often `output?follow=1`
+#: looks for more output, in seconds.
+API_LISTEN = "127.0.0.1:6821"
+API_MAX_BODY_BYTES = 16 * 1024 * 1024
+API_MAX_JOBS_PER_SUBMIT = 1000
+API_MAX_PAGE = 1000
+API_RATE_PER_S = 50.0
+API_RATE_BURST = 200
+API_MAX_IN_FLIGHT = 5000
+API_EVENTS_PARK_S = 15.0
+API_OUTPUT_POLL_S = 0.25
+
 #: Most jobs (pending and running) gqd holds before it refuses submits ([head] max_queued_jobs).
 MAX_QUEUED_JOBS = 200_000
 

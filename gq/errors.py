@@ -57,6 +57,12 @@ class UsageError(GqError):
     code = "usage"
 
 
+class TooLarge(UsageError):
+    """A request body, or a list in it, over gq api's limits (HTTP 413)."""
+
+    code = "too_large"
+
+
 class RefusedError(GqError):
     """The head understood the request and said no."""
 
@@ -69,6 +75,24 @@ class NotFoundError(RefusedError):
 
 class PermissionDenied(RefusedError):
     code = "permission_denied"
+
+
+class Unauthenticated(PermissionDenied):
+    """No valid credential: a missing, unknown, revoked or expired API token (HTTP 401)."""
+
+    code = "unauthenticated"
+
+
+class GoneError(RefusedError):
+    """What was asked for is no longer kept: events pruned past their retention (HTTP 410)."""
+
+    code = "gone"
+
+
+class RateLimited(RefusedError):
+    """Too many requests for a token's rate limit in gq api; try again later (HTTP 429)."""
+
+    code = "rate_limited"
 
 
 class StoreError(RefusedError):
@@ -130,7 +154,8 @@ class ConfigError(GqError):
 #: Error replies carry `code`; the client turns them back into these classes.
 ERRORS_BY_CODE = {cls.code: cls for cls in (GqError, UsageError, RefusedError, NotFoundError,
                                              PermissionDenied, StoreError, ProtocolError,
-                                             UnreachableError)}
+                                             UnreachableError, Unauthenticated, GoneError,
+                                             RateLimited, TooLarge)}
 
 
 def exit_status(exc: BaseException) -> ExitStatus | None:

@@ -40,6 +40,12 @@ HISTORY = "history"
 ACCOUNTING = "accounting"
 #: `sbatch --test-only`: when and where a job would start; nothing is submitted.
 TEST_SUBMIT = "test_submit"
+#: Job and node events after a sequence number (gq/events.py, gq/head/feed.py).
+EVENTS = "events"
+#: Users' API tokens (gq/head/tokens.py).
+TOKEN_CREATE = "token_create"
+TOKEN_LIST = "token_list"
+TOKEN_REVOKE = "token_revoke"
 # Head -> client.
 REPLY = "reply"
 # Node -> head.
@@ -55,6 +61,8 @@ REREGISTER = "reregister"
 #: The uid a relay proved for the caller of a request it forwards (SO_PEERCRED on its host),
 #: added by the relay to any client request; gqd reads it only from relay connections.
 AS_UID = "as_uid"
+#: The user's token with which gq api forwards a request (gqd acts as the token's user).
+AS_TOKEN = "as_token"
 
 #: Report events a node sends about a job run.
 STARTED = "started"
@@ -125,6 +133,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "gpus_total": (0, 65_535), "gpus_per_task": (0, 65_535), "ntasks": (0, 2**31),
     "ntasks_per_node": (0, 2**31), "cpus_per_task": (0, 2**31), "cpus_per_gpu": (0, 2**31),
     "mem_per_cpu": (0, _I64), "mem_per_gpu": (0, _I64), "nice": (-2**31, 2**31),
+    # events (gq/head/feed.py): a sequence number, a job's and an array's id
+    "job": (1, _I64), "array": (1, _I64), "expires_s": (1, 3650 * 86400),
 }
 #: Most items of a list field, where fewer than MAX_LIST make sense.
 COUNTS: dict[str, int] = {"jobs": MAX_SUBMIT_SPECS, "states": 64, "fields": 256, "gpus": 1024,
@@ -146,10 +156,10 @@ SPEC_SCHEMA: Schema = {f.name: (f.types, f.required) for f in spec_fields.FIELDS
 GPU_SCHEMA: Schema = {"index": (_INT, True), "type": (_STR, True), "memory": (_INT, True),
                       "uuid": (_STR, False), "name": (_STR, False)}
 #: What every client request may carry: its id (echoed by the reply), for a caller the kernel
-#: cannot vouch for (TCP), who it claims to be, and through a relay the uid the relay proved
-#: (gqd reads it only on the relay endpoint: gq/head/auth.py).
+#: cannot vouch for (TCP), who it claims to be, and through a relay the uid the relay proved or
+#: (gq api) the user's token (gqd reads those two only on the relay endpoint: gq/head/auth.py).
 _CALLER: Schema = {"rid": (_INT, False), "claim_uid": (_INT, False), "claim_user": (_STR, False),
-                   AS_UID: (_INT, False)}
+                   AS_UID: (_INT, False), AS_TOKEN: (_STR, False)}
 
 _CLIENT_SCHEMAS: dict[str, Schema] = {
     PING: {},
@@ -190,6 +200,21 @@ _CLIENT_SCHEMAS: dict[str, Schema] = {
     # job: one spec, checked as a submit's. Reply: start (ISO time, None: no estimate),
     # nodes, cpus, gpus, partition, reason, warnings.
     TEST_SUBMIT: {"job": (_DICT, True)},
+    # Events with seq > since (None: from now on; with oldest, from the oldest kept), only
+    # those of `user`, job `job`, array `array`, of `kinds` (job, node); at most `limit`;
+    # parked up to park_s seconds until one is committed. Reply: events, next (the since of
+    # the next request), first (the oldest kept), last (the newest committed).
+    EVENTS: {"since": (_OPT_INT, False), "oldest": (_BOOL, False), "user": (_OPT_STR, False),
+             "job": (_OPT_INT, False), "array": (_OPT_INT, False), "kinds": (_OPT_LIST, False),
+             "limit": (_INT, False), "park_s": (_NUM, False)},
+    # A token of the caller's (an admin's: of `user`), lasting expires_s seconds. Reply: the
+    # token (shown once) and its record (id, name, user, uid, created, expires, read_only).
+    TOKEN_CREATE: {"name": (_OPT_STR, False), "expires_s": (_NUM, False),
+                   "read_only": (_BOOL, False), "user": (_OPT_STR, False)},
+    # The caller's tokens (with all, an admin's: everyone's), never the tokens themselves.
+    TOKEN_LIST: {"all": (_BOOL, False)},
+    # Reply as for hold: done (token ids) and errors (id -> why not).
+    TOKEN_REVOKE: {"ids": (_LIST, True)},
 }
 
 SCHEMAS: dict[str, Schema] = {
@@ -226,8 +251,8 @@ SCHEMAS: dict[str, Schema] = {
 }
 
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
-                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING,
-                             TEST_SUBMIT})
+                             HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING, TEST_SUBMIT, EVENTS,
+                             TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE})
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
@@ -518,6 +543,8 @@ RULES: dict[str, dict[str, Rule]] = {
                "features": _STRINGS},
     HEARTBEAT: {"telemetry": _telemetry, "health": _STRINGS},
     LAUNCH: {"gpus": _items(_INT, like="index"), "nodelist": _STRINGS},
+    EVENTS: {"kinds": _STRINGS},
+    TOKEN_REVOKE: {"ids": _items(_INT, like="id")},
 }
 
 

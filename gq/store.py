@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from gq import storeguard
+from gq import events, storeguard
 from gq.errors import StoreCorrupt, StoreError, StoreNewer, StoreRefused
 from gq.fsutil import rename_durably
 from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
@@ -71,6 +71,15 @@ MIGRATIONS: list[list[str]] = [
         # The partition a job runs in (Slurm's comma list of them), for listings by it; NULL
         # for jobs stored before partitions (their cluster's default partition).
         "ALTER TABLE jobs ADD COLUMN partition TEXT",
+    ],
+    [
+        # Job and node events, each written with its change (gq/events.py), and users' API
+        # tokens: only a token's sha256 is kept (gq/head/tokens.py); expires NULL: never.
+        *events.MIGRATION,
+        """CREATE TABLE tokens (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, hash TEXT NOT NULL UNIQUE,
+            uid INTEGER NOT NULL, user TEXT NOT NULL, name TEXT NOT NULL,
+            created REAL NOT NULL, expires REAL, read_only INTEGER NOT NULL)""",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -279,7 +288,9 @@ class Store:
                               [_job_row(j, blob, j.id) for j, blob in rows])
 
     def unstage(self) -> None:
-        """The staged jobs are real once the caller's transaction commits."""
+        """The staged jobs are real once the caller's transaction commits, and so are their
+        submit events."""
+        events.submitted(self.conn, _STAGED_FROM)
         self.conn.execute("DELETE FROM meta WHERE key = 'staged_from'")
 
     def add_jobs(self, jobs: list[Job], *, array: bool = False) -> None:
@@ -301,7 +312,7 @@ class Store:
         """Delete staged jobs (of a submit that failed, or was cut short by a crash), inside
         the caller's transaction."""
         self.conn.execute(f"DELETE FROM jobs WHERE id >= {_STAGED_FROM}")
-        self.unstage()
+        self.conn.execute("DELETE FROM meta WHERE key = 'staged_from'")
 
     def update_jobs(self, jobs: Iterable[Job], *columns: str) -> None:
         """`update_job` for many jobs in one statement."""
@@ -442,6 +453,7 @@ class Store:
     # ------------------------------------------------------------ nodes
 
     def save_node(self, node: Node) -> None:
+        events.node_changed(self.conn, node.name, node.state.value, node.reason)
         info = {"gpus": [_gpu_dict(g) for g in node.gpus], "cpus": node.cpus, "mem": node.mem,
                 "drain_reason": node.drain_reason, "features": node.features}
         self.conn.execute(
@@ -460,6 +472,36 @@ class Store:
                               features=list(data.get("features", [])),
                               gpus=[Gpu(**g) for g in data["gpus"]]))
         return nodes
+
+
+    # ------------------------------------------------------------ events and tokens
+
+    def event_bounds(self) -> tuple[int, int]:
+        """(the first event's seq still kept, the last seq given); see gq.events.bounds."""
+        return events.bounds(self.conn)
+
+    def events_since(self, after: int, until: int, **filters: Any) -> list[dict[str, Any]]:
+        """Events with after < seq <= until that match `filters` (gq.events.since)."""
+        return events.since(self.conn, after, until, **filters)
+
+    def prune_events(self, before: float, keep_rows: int) -> int:
+        return events.prune(self.conn, before, keep_rows)
+
+    def load_tokens(self) -> list[tuple[Any, ...]]:
+        """(id, hash, uid, user, name, created, expires, read_only) of every token."""
+        return self.conn.execute("SELECT id, hash, uid, user, name, created, expires, "
+                                 "read_only FROM tokens ORDER BY id").fetchall()
+
+    def add_token(self, digest: str, uid: int, user: str, name: str, created: float,
+                  expires: float | None, read_only: bool) -> int:
+        """A new token's row inside the caller's transaction; its id."""
+        cur = self.conn.execute(
+            "INSERT INTO tokens(hash, uid, user, name, created, expires, read_only) "
+            "VALUES (?,?,?,?,?,?,?)", (digest, uid, user, name, created, expires, int(read_only)))
+        return int(cur.lastrowid or 0)
+
+    def delete_tokens(self, ids: Iterable[int]) -> None:
+        self.conn.executemany("DELETE FROM tokens WHERE id = ?", ((i,) for i in ids))
 
 
 def _migration(conn: sqlite3.Connection, target: int) -> None:

@@ -30,6 +30,12 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                        "partition": "gpu"},
     protocol.ACCOUNTING: {"rid": 15, "since": -86400.0, "until": 1.7e9},
     protocol.TEST_SUBMIT: {"rid": 16, "job": {"script": "#!/bin/sh\ntrue\n", "gpus": 1}},
+    protocol.EVENTS: {"rid": 16, "since": 5, "oldest": False, "user": "ann", "job": 1,
+                      "array": 2, "kinds": ["job", "node"], "limit": 100, "park_s": 15.0},
+    protocol.TOKEN_CREATE: {"rid": 17, "name": "ci", "expires_s": 86400.0, "read_only": True,
+                            "user": "ann"},
+    protocol.TOKEN_LIST: {"rid": 18, "all": False},
+    protocol.TOKEN_REVOKE: {"rid": 19, "ids": [1, 2]},
     protocol.REGISTER: {"node": "node1", "gpus": [{"index": 0, "type": "a100",
                                                    "memory": 80 << 30, "uuid": "GPU-1",
                                                    "name": "NVIDIA A100"}],
@@ -54,7 +60,10 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     protocol.REPLY: {"rid": 1, "ok": True},
 }
 for _kind in protocol.CLIENT_REQUESTS:  # who the caller claims to be, as the client sends it
-    EXAMPLES[_kind] = {"claim_uid": 1000, "claim_user": "ann", "as_uid": 1000, **EXAMPLES[_kind]}
+    # A relay's proven uid and gq api's token are fields of every request too (gqd reads them
+    # only from relay connections).
+    EXAMPLES[_kind] = {"claim_uid": 1000, "claim_user": "ann", protocol.AS_UID: 1000,
+                       protocol.AS_TOKEN: "gq_x", **EXAMPLES[_kind]}
 
 #: Nested lists, deeper than any field may hold.
 DEEP: Any = 0
@@ -74,6 +83,7 @@ _BAD_ITEMS: dict[tuple[str, str], list[Any]] = {
     **{(kind, "ids"): _BAD_REFS for kind in (protocol.CANCEL, protocol.WAIT, protocol.HOLD,
                                              protocol.RELEASE, protocol.REQUEUE, protocol.UPDATE)},
     (protocol.SUBMIT, "jobs"): [1, "x", None, [], DEEP],
+    (protocol.TOKEN_REVOKE, "ids"): [0, -1, _I64 + 1, "1", 1.5, None, True, [1], DEEP],
     (protocol.REGISTER, "gpus"): [1, None, [], {}, {**_GPU, "index": -1},
                                   {**_GPU, "index": 2**63}, {**_GPU, "memory": math.nan},
                                   {**_GPU, "type": ["a"]}, {**_GPU, "x": DEEP}, {**_GPU, "x": []},

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-UNITS = ("gqd.service", "gqnode.service", "gq-relay.service")
+UNITS = ("gqd.service", "gqnode.service", "gq-relay.service", "gq-api.service")
 
 
 def _unit(name: str) -> dict[str, str]:
@@ -57,7 +57,7 @@ def test_systemd_analyze_verify_accepts_the_units(tmp_path: Path) -> None:
 
 def test_units_keep_jobs_alive_and_notify_when_serving() -> None:
     head, node, relay = _unit("gqd.service"), _unit("gqnode.service"), _unit("gq-relay.service")
-    for unit in (head, node, relay):
+    for unit in (head, node, relay, _unit("gq-api.service")):
         assert unit["Type"] == "notify" and unit["Restart"] == "on-failure"
         # The installed programs (scripts/install), not whatever `env` finds on root's PATH.
         assert unit["ExecStart"].startswith("/usr/local/bin/gq"), unit["ExecStart"]

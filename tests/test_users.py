@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,17 +144,21 @@ def users(top: Path) -> Iterator[dict[str, User]]:
 def site(top: Path, users: dict[str, User]) -> Iterator[Site]:
     (top / "cluster").mkdir()
     live = prepare(top / "cluster")
+    live.configure(system(top, users))
+    with running(live, nodes=1, fake_gpus="4") as live:
+        yield Site(live, users["alice"], users["bob"], users["carol"],
+                   users["group"])  # type: ignore[arg-type]
 
+
+def system(top: Path, users: dict[str, User]) -> Callable[[config_mod.Config], None]:
+    """A system cluster's settings: its socket in a 0755 directory under `top`, every user may
+    connect, root's jobs are refused, carol is an admin."""
     def shared(cfg: config_mod.Config) -> None:
         cfg.head.client_endpoints = [f"ipc://{top / 'run' / 'gqd.sock'}"]
         cfg.auth.owner = ""  # a system cluster: everyone may connect
         cfg.auth.allow_root_jobs = False
         cfg.auth.admins = ["root", users["carol"].name]
-
-    live.configure(shared)
-    with running(live, nodes=1, fake_gpus="4") as live:
-        yield Site(live, users["alice"], users["bob"], users["carol"],
-                   users["group"])  # type: ignore[arg-type]
+    return shared
 
 
 def _state(site: Site, job_id: int, *states: str) -> dict:

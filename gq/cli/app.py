@@ -46,11 +46,13 @@ def register() -> None:
     accounting.register(app)
     cluster.register(app)
     admin.register(app)
-    from gq.cli import compat, relay, sim, watch
+    from gq.cli import api, compat, events, relay, sim, watch
     sim.register(app)
     watch.register(app)
     relay.register(app)
     compat.register(app)
+    events.register(app)
+    api.register(app)
 
 
 def command() -> typer.core.TyperGroup:

@@ -13,6 +13,7 @@ from gq.arrays import parse_ref
 from gq.config import Config
 from gq.errors import PermissionDenied, ProtocolError, RefusedError, UsageError
 from gq.head import select
+from gq.head import tokens
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order, kills
@@ -69,7 +70,7 @@ class Actions:
         """Apply `action` to each job named, and to every live task of an array named by its id
         (tasks it cannot apply to, such as running ones for a hold, are skipped unless all are).
         A job the caller may not touch, or that `action` refuses, is an entry in the errors."""
-        done, errors = [], {}
+        done, errors = [], tokens.Refusals()
         for raw in refs:
             try:
                 jobs = [self._owned(job, caller) for job in self.table.expand(ref(raw))]
@@ -83,7 +84,7 @@ class Actions:
                     raise refused[0]
                 done.append(raw)
             except RefusedError as exc:
-                errors[str(raw)] = str(exc)
+                errors.refuse(str(raw), exc)
         return done, errors
 
     def _owned(self, job: Job, caller: Caller) -> Job:

@@ -57,6 +57,8 @@ class Caller:
     admin: bool = False
     #: The forwarder the request came through ("relay login1", "node gpu3"); "" when direct.
     via: str = ""
+    #: It acts through a read-only API token: nothing that changes the queue.
+    read_only: bool = False
 
 
 class ZapHandler:
@@ -178,11 +180,15 @@ def user_name(uid: int) -> str:
 
 
 def caller_of(user_id: str, msg: dict[str, object], admins: list[str],
-              node_holds: Callable[[str, int], bool] = lambda node, uid: False) -> Caller:
+              node_holds: Callable[[str, int], bool] = lambda node, uid: False,
+              token_of: Callable[[object, str], Caller] | None = None) -> Caller:
     """The caller: the kernel's uid when we have it (ipc: ours; a relay's: its `as_uid`), else
     what the message claims. `node_holds(node, uid)`: whether a job of uid's holds an allocation
     on node, the only uids a node may speak for."""
     forwarder, _, name = user_id.partition(":")
+    if name and forwarder == VIA_API and token_of is not None and "as_token" in msg:
+        # gq api acts only through a user's token (gq/head/tokens.py), never a bare uid.
+        return token_of(msg.get("as_token"), f"{forwarder} {name}")
     if name:
         return _forwarded(forwarder, name, msg.get("as_uid"), admins, node_holds)
     claimed_uid, claimed_user = msg.get("claim_uid"), msg.get("claim_user")
@@ -203,8 +209,8 @@ def _forwarded(forwarder: str, name: str, as_uid: object, admins: list[str],
     """The caller of a request a relay or a node forwarded, with the uid it proved."""
     via = f"{forwarder} {name}"
     if forwarder == VIA_API:
-        # gq api acts through users' tokens only (not built yet): a bare uid from it is refused,
-        # so a compromised API host cannot impersonate anyone.
+        # gq api acts through users' tokens only (as_token, above): a bare uid from it is
+        # refused, so a compromised API host cannot impersonate anyone.
         raise PermissionDenied(f"permission denied: {via} is an api relay, which may act only "
                                "through a user's token, not for a bare uid")
     if type(as_uid) is not int or not 0 <= as_uid < 2**32:
@@ -214,8 +220,13 @@ def _forwarded(forwarder: str, name: str, as_uid: object, admins: list[str],
         # A node speaks for the owners of the jobs it holds, and as no more than a plain user:
         # root on a node cannot act as an admin, nor as anyone without a job there.
         return Caller(uid=as_uid, user=user, proven=node_holds(name, as_uid), via=via)
-    admin = user in admins or as_uid == 0 or _in_admin_group(user, as_uid, admins)
-    return Caller(uid=as_uid, user=user, proven=True, admin=admin, via=via)
+    return Caller(uid=as_uid, user=user, proven=True, admin=is_admin(user, as_uid, admins),
+                  via=via)
+
+
+def is_admin(user: str, uid: int, admins: list[str]) -> bool:
+    """Whether a proven caller is an admin: root, named in [auth] admins or in a %GROUP there."""
+    return user in admins or uid == 0 or _in_admin_group(user, uid, admins)
 
 
 def _in_admin_group(name: str, uid: int, admins: list[str]) -> bool:

@@ -18,10 +18,11 @@ from typing import Any
 from gq import defaults, gcpause, protocol
 from gq.config import Config
 from gq.errors import GqError, PermissionDenied
-from gq.head import gate, limits, reasons, testonly
+from gq.head import auth, gate, limits, reasons, testonly, tokens
 from gq.head.actions import Actions
 from gq.head.admission import Admission
 from gq.head.auth import Caller
+from gq.head.feed import Feed
 from gq.head.index import JobIndex
 from gq.head.jobs import JobTable
 from gq.head.listings import Listings
@@ -29,6 +30,7 @@ from gq.head.nodes import NodeRegistry
 from gq.head.orders import Order
 from gq.head.partitions import Partitions
 from gq.head.submits import Submits
+from gq.head.tokens import Tokens
 from gq.model import Job, Node
 from gq.sched import PendingJob, Snapshot, plan
 from gq.sched.priority import priority_of
@@ -39,6 +41,8 @@ from gq.store import Store
 CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
                                protocol.RESUME, protocol.HOLD, protocol.RELEASE,
                                protocol.REQUEUE, protocol.UPDATE})
+#: Requests a read-only token may not make.
+READ_ONLY_REFUSED = CHANGING_REQUESTS | {protocol.TOKEN_REVOKE}
 
 Handler = Callable[[dict[str, Any], Caller, Any, float], "dict[str, Any] | None"]
 
@@ -68,6 +72,9 @@ class Head:
         self.actions = Actions(cfg, self.table, self.outbox.extend)
         self.listings = Listings(self.table, store, cfg.policy())
         self.submits = Submits(self.table, store, cfg)
+        #: Job and node events (gq/events.py) for `events` requests; users' API tokens.
+        self.feed = Feed(store, steady)
+        self.tokens = Tokens(store)
         #: The earliest `--begin` still ahead: a pass is due then.
         self.wake_at: float | None = None
         #: The views of the jobs the last pass could start (sbatch --test-only's queue).
@@ -84,7 +91,12 @@ class Head:
             protocol.ACCOUNTING: self.listings.req_accounting,
             protocol.WAIT: self.listings.req_wait, protocol.NODES: self._req_nodes,
             protocol.DRAIN: self.registry.req_drain, protocol.RESUME: self.registry.req_resume,
-            protocol.TEST_SUBMIT: self._req_test_submit}
+            protocol.TEST_SUBMIT: self._req_test_submit,
+            protocol.EVENTS: self.feed.request,
+            protocol.TOKEN_CREATE: lambda m, c, _, now: self.tokens.create(c, m, now),
+            protocol.TOKEN_LIST: lambda m, c, _, now: {
+                "tokens": self.tokens.listing(c, bool(m.get("all")))},
+            protocol.TOKEN_REVOKE: lambda m, c, _, now: self.tokens.revoke(c, m["ids"])}
 
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
@@ -133,6 +145,7 @@ class Head:
         except BaseException:
             self.table.rollback(mark)
             del self.outbox[sent:]
+            self.tokens.load()  # a token made or revoked in the turn is taken back with it
             raise
         self.table.committed()
 
@@ -149,6 +162,7 @@ class Head:
             raise
         except BaseException:
             del self.outbox[sent:]
+            self.tokens.load()
             raise
 
     def take_orders(self) -> list[Order]:
@@ -171,7 +185,20 @@ class Head:
                 + (f"{caller.via} speaks only for users with a job running there" if caller.via
                    else "use the local ipc socket or a login host's relay (TCP callers are "
                    "not authenticated)"))
-        return self._handlers[msg["type"]](msg, caller, client, now)
+        if caller.read_only and msg["type"] in READ_ONLY_REFUSED:
+            raise PermissionDenied(f"permission denied: {msg['type']} needs a token that is not "
+                                   "read-only")
+        data = self._handlers[msg["type"]](msg, caller, client, now)
+        if data is not None and isinstance(codes := data.get("errors"), tokens.Refusals):
+            data["error_codes"] = codes.codes  # each refusal's code, for gq api's HTTP status
+        return data
+
+    def token_caller(self, token: object, via: str, now: float) -> Caller:
+        """Who a request forwarded by gq api with `token` acts as (Unauthenticated if no one)."""
+        found = self.tokens.resolve(token, now)
+        return Caller(uid=found.uid, user=found.user, proven=True,
+                      admin=auth.is_admin(found.user, found.uid, self.cfg.auth.admins), via=via,
+                      read_only=found.read_only)
 
     def node_holds(self, node: str, uid: int) -> bool:
         """Whether a job of `uid` holds an allocation on `node`: the only users a node's relay
@@ -224,6 +251,7 @@ class Head:
             self.wake_at = None
             self.table.touch()
         self.deferred.extend(self.listings.answer_parked(now))
+        self.feed.prune(now, self.cfg.head.events_keep_s, self.cfg.head.events_keep_rows)
 
     # ------------------------------------------------------------ the pass
 

@@ -356,6 +356,8 @@ class HeadServer:
         else:
             answers, submitted = submits.committed()
         self.head.deferred.extend(answers)
+        # Parked `events` requests learn of the events this turn made durable (none if it failed).
+        self.head.deferred.extend(self.head.feed.after_commit(now))
         if self.metrics is not None and submitted:
             self.metrics.submitted.inc(submitted)
         for req, data, _ in replies:
@@ -376,7 +378,8 @@ class HeadServer:
             if not isinstance(rid_field, int) or isinstance(rid_field, bool) or rid_field < 0:
                 raise ProtocolError("request has no integer rid (0 or more)")
             rid = rid_field
-            caller = caller_of(req.user_id, msg, self.cfg.auth.admins, self.head.node_holds)
+            caller = caller_of(req.user_id, msg, self.cfg.auth.admins, self.head.node_holds,
+                               lambda token, via: self.head.token_caller(token, via, now))
             if caller.via:
                 self._forwarded(msg["type"], caller)
             data = self._isolated(msg, caller, (req.sock, req.envelope), now)

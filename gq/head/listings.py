@@ -12,6 +12,7 @@ from typing import Any
 from gq import defaults, gcpause, protocol
 from gq.errors import ProtocolError
 from gq.head.actions import ref
+from gq.head import tokens
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.views import pending_view
@@ -53,6 +54,7 @@ class Listings:
         RECENT_S), oldest first: all of them, or with `limit` a page of those after `after`."""
         states = set(msg.get("states") or [])
         after = msg.get("after", 0)
+        msg = {**msg, "user": tokens.listed_user(msg.get("user"), caller)}
         live = self.table.jobs
         jobs: Iterable[Job] = (live[i] for i in _ids_after(live, after)
                                if not live[i].state.terminal)
@@ -87,7 +89,8 @@ class Listings:
                 "expected_nodes": list(res.alloc) if res else None}
 
     def req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        [job] = self.table.shown([self.table.lookup(ref(msg["id"]))], now, self.policy)
+        [job] = self.table.shown([tokens.readable(self.table.lookup(ref(msg["id"])), caller)],
+                                 now, self.policy)
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
                     cpus=job.spec.cpus, mem=job.spec.mem, gpu_mem=job.spec.gpu_mem,
