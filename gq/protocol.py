@@ -525,8 +525,7 @@ def _filter(key: str, value: dict[str, Any], what: str) -> None:
         raise ProtocolError(f"{where}: unknown field {clip(sorted(map(str, unknown))[0])}")
     check(value, FILTER_SCHEMA, where)
     for name in ("states", "nodes"):
-        if value.get(name) is not None:
-            _STRINGS(name, value[name], where)
+        _STRINGS(name, value.get(name) or [], where)
 
 
 #: Message type -> field -> what the field holds, checked after its type.

@@ -183,7 +183,7 @@ def test_bad_input_is_a_400_with_the_clis_wording_and_limits_hold(site: ApiSite,
         cases = [({"wrap": "true"}, "give cwd"),
                  ({**site.spec("true"), "gpu": 2}, "unknown field 'gpu'"),
                  ({**site.spec("true"), "script": "#!/bin/sh\n"}, "not both"),
-                 ({**site.spec("true"), "gpus": 999}, "bad --gpus 999: expected 0..64"),
+                 ({**site.spec("true"), "gpus": 999}, "bad --gpus-per-node 999: expected 0..64"),
                  ({**site.spec("true"), "array": "5-1"}, "--array"),
                  ({**site.spec("true"), "qos": "gold"}, "unknown QOS 'gold'")]
         for body, wording in cases:

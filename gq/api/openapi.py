@@ -34,7 +34,13 @@ _NULL_INT = {"type": "integer", "nullable": True}
 
 
 def _help() -> dict[str, str]:
-    return {o.field: o.help for o in spec.OPTIONS if o.field is not None}
+    """Each field's help: that of the first option setting it alone, else of the first setting
+    it with others (`-g [TYPE:]N` sets gpus and gpu_type; `--gpu-type` gpu_type alone)."""
+    out: dict[str, str] = {}
+    for option in sorted(spec.OPTIONS, key=lambda o: len(o.fields) > 1):  # a stable sort
+        for name in option.fields:
+            out.setdefault(name, option.help)
+    return out
 
 
 def field_schema(field: spec.Field) -> dict[str, Any]:
