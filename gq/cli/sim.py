@@ -12,7 +12,7 @@ import typer
 from gq.cli import render
 
 if TYPE_CHECKING:  # the simulator is imported inside the command, so `gq submit` never loads it
-    from gq.sim.engine import Cluster, ProgressFn
+    from gq.sim.engine import Cluster, ProgressFn, SimResult
     from gq.sim.metrics import Metrics
     from gq.sim.trace import TraceJob, TraceOptions
 
@@ -26,9 +26,10 @@ def sim(
     vc: Optional[str] = typer.Option(None, "--vc", help="Philly virtual cluster to replay"),
     nodes: int = typer.Option(..., "-n", "--nodes", help="nodes in the simulated cluster"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node"),
-    policy: list[str] = typer.Option(["gq"], "--policy", help="gq|easy|fifo|firstfit; repeat or comma-separate to compare"),
-    limits: str = typer.Option("exact", "--limits", help="time limit = runtime x k: exact (1), x2 (2), random (U[1,5])"),
+    policy: list[str] = typer.Option(["gq"], "--policy", help="gq|easy|conservative|fifo|firstfit; repeat or comma-separate to compare"),
+    limits: str = typer.Option("exact", "--limits", help="time limit = runtime x k: exact (1), x2, x5, random (U[1,5]); or trace (its limit_s column)"),
     seed: int = typer.Option(0, "--seed", help="seed of random limits and the QOS mix"),
+    schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="CSV", help="write each job's start, end and nodes under each policy"),
     qos_mix: Optional[str] = typer.Option(None, "--qos-mix", help="QOS shares, e.g. pro=0.2,free=0.8 (default: all normal)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
 ) -> int:
@@ -46,7 +47,14 @@ def sim(
     except OSError as exc:
         raise UsageError(f"cannot read trace {trace}: {exc.strerror or exc}") from None
     cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node)
-    results = _run_all(jobs, cluster, names)
+    runs = _run_all(jobs, cluster, names)
+    if schedule_out:
+        try:
+            replay.write_schedule(schedule_out, runs)
+        except OSError as exc:
+            raise UsageError(f"cannot write {schedule_out}: {exc.strerror or exc}") from None
+    from gq.sim.metrics import summarize
+    results = {name: summarize(result) for name, result in runs.items()}
     if as_json:
         render.emit_json(_document(trace, opts, cluster, len(jobs), results))
     else:
@@ -55,12 +63,12 @@ def sim(
     return 0
 
 
-def _run_all(jobs: list[TraceJob], cluster: Cluster, names: list[str]) -> dict[str, Metrics]:
-    from gq.sim.replay import replay
+def _run_all(jobs: list[TraceJob], cluster: Cluster, names: list[str]) -> dict[str, SimResult]:
+    from gq.sim.replay import run
     results = {}
     with _progress(len(jobs)) as start_bar:
         for name in names:
-            results[name] = replay(jobs, cluster, name, start_bar(name))
+            results[name] = run(jobs, cluster, name, start_bar(name))
     return results
 
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from gq.model import Gpu
 from gq.sched import placement
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
-from gq.sched.queue import SizeKey
-from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, Snapshot,
-                             Start)
+from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, SizeKey,
+                             Snapshot, Start)
 
 #: Pending reasons, Slurm's names.
 RESOURCES = "Resources"
@@ -113,8 +112,8 @@ class _Pass:
             if rest is None:
                 assert self.state.queue is not None
                 rest = [k[-1] for k in self.state.queue.by_size if k[2] not in self.considered]
-            for *_, job in sorted(self._keyed(rest)):
-                self.consider(job, may_reserve=False)
+            for *_, first in sorted(self._keyed(rest)):
+                self.consider(first, may_reserve=False)
             return
         fits = _FitsNow(self.profile.room_now())
         aged_before = self.now - self.policy.reserve_age_s
@@ -186,7 +185,7 @@ class _Pass:
         """The reason of a job the pass left out, behind the blocked ones: see Plan.reason."""
         return NEVER_FITS if self._never_fits(job, job.shape) else PRIORITY
 
-    def _keyed(self, jobs: list[PendingJob]) -> list[tuple[object, ...]]:
+    def _keyed(self, jobs: list[PendingJob]) -> list[_Keyed]:
         """Sort keys of the backfill order, each ending with its job (ids are unique, so a
         comparison never reaches the job itself)."""
         tier, prios = self.policy.qos_priority, self.rank(jobs)
@@ -229,6 +228,10 @@ class _Pass:
             or job.qos in self.policy.preemptors
 
 
+#: A backfill sort key ending with its job: (-tier, area, -priority, id, job).
+_Keyed = tuple[int, float, int, int, PendingJob]
+
+
 class _Backlog:
     """The jobs behind the reserved ones in backfill order (tier, then size by limit, then
     priority where those tie, then id), one at a time, limited to those `looked_at`.
@@ -239,20 +242,23 @@ class _Backlog:
     `rest`) are skipped there."""
 
     def __init__(self, run: _Pass, rest: list[PendingJob] | None,
-                 by_size: list[SizeKey] | None,
+                 by_size: Sequence[SizeKey] | None,
                  looked_at: Callable[[PendingJob], bool]) -> None:
         self.run, self.looked_at = run, looked_at
         self.ties: list[PendingJob] = []  # a run of equal (tier, area), best last
+        #: Without the caller's keys, a heap of the jobs' (also `keys`).
+        self.heap: list[SizeKey] = []
         if rest is None:
             assert by_size is not None
-            self.keys, self.at, self.sorted = by_size, 0, True
+            self.keys: Sequence[SizeKey] = by_size
+            self.at, self.sorted = 0, True
             self.skip = run.considered
         else:
             # queue.size_key, written out (a call per job costs as much as the rest of the key).
             tier = run.policy.qos_priority
-            self.keys = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest if looked_at(j)]
-            heapq.heapify(self.keys)
-            self.sorted = False
+            self.heap = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest if looked_at(j)]
+            heapq.heapify(self.heap)
+            self.keys, self.sorted = self.heap, False
 
     def next(self) -> PendingJob | None:
         if self.ties:
@@ -265,7 +271,8 @@ class _Backlog:
             return first[-1]
         run = [first]
         while (following := self._peek()) is not None and following[:2] == first[:2]:
-            run.append(self._take())
+            run.append(following)
+            self._take()
         # The priority that breaks a tie is computed only for jobs that tie.
         self.ties.extend(key[-1] for key in sorted(self.run._keyed([key[-1] for key in run]),
                                                    reverse=True))
@@ -286,8 +293,9 @@ class _Backlog:
         self.looked_at = looked_at
         self.ties = [j for j in self.ties if looked_at(j)]
         if not self.sorted:
-            self.keys = [k for k in self.keys if looked_at(k[-1])]
-            heapq.heapify(self.keys)
+            self.heap = [k for k in self.heap if looked_at(k[-1])]
+            heapq.heapify(self.heap)
+            self.keys = self.heap
 
     def left(self) -> list[PendingJob]:
         """The jobs not taken yet, in no particular order, and, walking the caller's keys, also
@@ -310,7 +318,7 @@ class _Backlog:
 
     def _take(self) -> SizeKey | None:
         if not self.sorted:
-            return heapq.heappop(self.keys) if self.keys else None
+            return heapq.heappop(self.heap) if self.heap else None
         key = self._peek()
         if key is not None:
             self.at += 1

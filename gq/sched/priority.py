@@ -16,12 +16,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING
-
-from gq.sched.types import PendingJob, Policy
-
-if TYPE_CHECKING:
-    from gq.sched.queue import AgeKey, QueueIndex
+from gq.sched.types import AgeKey, PendingJob, Policy, QueueOrder
 
 #: The length an unlimited job counts as in its response ratio (seconds): a week.
 UNLIMITED_AS_S = 7 * 86400
@@ -102,13 +97,13 @@ class Ranking:
     blocked); the rest are backfilled in an order of their own. Aged jobs go oldest first, so a
     tier's younger jobs are ranked by priority only once the pass reaches them. Priorities
     come from `rank`, which returns a mapping from job id to priority that covers the jobs given.
-    With a QueueIndex (the same jobs, kept sorted by the caller) nothing is sorted here and a
+    With a QueueOrder (the same jobs, kept sorted by the caller) nothing is sorted here and a
     tier's younger jobs are not even listed until they are reached.
     """
 
     def __init__(self, jobs: Sequence[PendingJob], now: float, policy: Policy,
                  rank: Callable[[list[PendingJob]], Mapping[int, int]],
-                 index: QueueIndex | None = None) -> None:
+                 index: QueueOrder | None = None) -> None:
         self.rank = rank
         aged_before = now - policy.reserve_age_s
         #: Per tier, highest first: its aged jobs (oldest first), then its young ones (ranked
@@ -132,7 +127,7 @@ class Ranking:
                 self.parts += [aged, functools.partial(list, young)]
         self.part, self.at = 0, 0
 
-    def _split(self, by_age: list[AgeKey], aged_before: float) -> None:
+    def _split(self, by_age: Sequence[AgeKey], aged_before: float) -> None:
         """Parts from keys sorted by (-tier, submit time, id): each tier a run, aged jobs first."""
         lo = 0
         while lo < len(by_age):
@@ -173,7 +168,7 @@ class Ranking:
         return part
 
 
-def _jobs_of(keys: list[AgeKey], lo: int, hi: int) -> list[PendingJob]:
+def _jobs_of(keys: Sequence[AgeKey], lo: int, hi: int) -> list[PendingJob]:
     return [k[-1] for k in keys[lo:hi]]
 
 

@@ -14,12 +14,9 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable
 
-from gq.sched.types import PendingJob, Policy
+from gq.sched.types import AgeKey, PendingJob, Policy, SizeKey
 
-#: (-QOS tier, GPUs x limit, id, job): backfill order before priority breaks a tie.
-SizeKey = tuple[int, float, int, PendingJob]
-#: (-QOS tier, submit time, id, job): the order aged jobs are taken in.
-AgeKey = tuple[int, float, int, PendingJob]
+__all__ = ["AgeKey", "QueueIndex", "SizeKey", "age_key", "size_key"]
 
 
 def size_key(job: PendingJob, policy: Policy) -> SizeKey:
@@ -33,7 +30,8 @@ def age_key(job: PendingJob, policy: Policy) -> AgeKey:
 
 class QueueIndex:
     """Sorted keys of the pending jobs, and what a pass asks of the whole queue (its QOS, whether
-    any job shares GPUs). The lists are read by plan() during a pass and must not change then."""
+    any job shares GPUs): a `types.QueueOrder`. The lists are read by plan() during a pass and
+    must not change then."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -67,8 +65,8 @@ class QueueIndex:
         new = [job for job in jobs if held.get(job.id) is not job]
         # Ids are unique: when every job is held as it is and as many are held, none left (the
         # usual pass, which then builds no set). A job held as another object leaves and enters.
-        gone = held.keys() - {job.id for job in jobs} if new or len(held) != len(jobs) else ()
-        gone = [*gone, *(job.id for job in new if job.id in held)]
+        left = held.keys() - {job.id for job in jobs} if new or len(held) != len(jobs) else ()
+        gone = [*left, *(job.id for job in new if job.id in held)]
         if len(gone) + len(new) <= len(jobs) // 8 + 16:
             for job_id in gone:
                 self.remove(job_id)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from gq.model import Gpu
-
-if TYPE_CHECKING:
-    from gq.sched.queue import QueueIndex
 
 #: Node name -> GPU indices on it, in node rank order.
 Alloc = dict[str, tuple[int, ...]]
@@ -101,17 +98,49 @@ class RunningJob:
         return self.start_time + self.time_limit_s if self.time_limit_s else math.inf
 
 
+#: (-QOS tier, GPUs x limit, id, job): backfill order before priority breaks a tie.
+SizeKey = tuple[int, float, int, "PendingJob"]
+#: (-QOS tier, submit time, id, job): the order aged jobs are taken in.
+AgeKey = tuple[int, float, int, "PendingJob"]
+
+
+class QueueOrder(Protocol):
+    """The pending jobs kept in the orders a pass takes them, by a caller that sees them come
+    and go (gq/sched/queue.py's QueueIndex), so that a pass need not sort the queue. A pass
+    only reads it; the caller must not change it during one."""
+
+    @property
+    def by_size(self) -> Sequence[SizeKey]: ...
+
+    @property
+    def by_age(self) -> Sequence[AgeKey]: ...
+
+    @property
+    def qos(self) -> Mapping[str, int]:
+        """QOS -> pending jobs of it."""
+
+    @property
+    def sharing(self) -> int:
+        """Pending jobs that share GPUs."""
+
+    @property
+    def gpuless(self) -> int:
+        """Pending jobs that need no GPU."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[NodeView, ...]
-    pending: tuple[PendingJob, ...]
-    running: tuple[RunningJob, ...] = ()
+    #: (Sequences that do not change during the pass: gqd hands tuples; the simulator views
+    #: of its own collections that it copies only if someone holds them when they change.)
+    pending: Sequence[PendingJob]
+    running: Sequence[RunningJob] = ()
     #: Decayed GPU-seconds used per user, for fair share (the caller keeps the decay).
     usage: dict[str, float] = field(default_factory=dict)
     #: Optional: the pending jobs kept in order by a caller that sees them come and go (the
     #: simulator; gqd syncs one each pass), so that a pass need not order the queue
     #: (gq/sched/queue.py). It must hold exactly `pending`, under the same policy.
-    queue: QueueIndex | None = None
+    queue: QueueOrder | None = None
 
 
 @dataclass(frozen=True)

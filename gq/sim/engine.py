@@ -10,9 +10,11 @@ from __future__ import annotations
 import heapq
 import math
 import time
+import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
 from gq.sched.queue import QueueIndex
@@ -22,6 +24,76 @@ from gq.sim.trace import TraceJob
 
 PolicyFn = Callable[[Snapshot, float, Policy], Plan]
 ProgressFn = Callable[[int, int], None]
+
+
+T = TypeVar("T")
+
+
+class _View(Sequence[T], Generic[T]):
+    """A snapshot's jobs without a copy per pass: the engine's own dict, until the engine next
+    changes it while someone still holds the view (`Frozen.hold`); then a copy. Copying a long
+    queue for every pass had been most of a baseline's replay."""
+
+    __slots__ = ("_items", "__weakref__")
+
+    def __init__(self, items: dict[int, T]) -> None:
+        self._items: dict[int, T] | tuple[T, ...] = items
+
+    def freeze(self) -> None:
+        if isinstance(self._items, dict):
+            self._items = tuple(self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        items = self._items
+        return iter(items.values() if isinstance(items, dict) else items)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        self.freeze()
+        assert isinstance(self._items, tuple)
+        return self._items[i]
+
+
+class _Views(Generic[T]):
+    """The views handed out for one dict: frozen before the engine changes it."""
+
+    def __init__(self, items: dict[int, T]) -> None:
+        self.items = items
+        self.handed: weakref.ref[_View[T]] | None = None
+
+    def view(self) -> _View[T]:
+        held = self.handed() if self.handed is not None else None
+        if held is not None:
+            return held  # nothing changed since it was handed out
+        view: _View[T] = _View(self.items)
+        self.handed = weakref.ref(view)
+        return view
+
+    def changing(self) -> None:
+        """Called before every change of the dict."""
+        if self.handed is not None:
+            held = self.handed()
+            if held is not None:
+                held.freeze()
+            self.handed = None
+
+
+@runtime_checkable
+class QueueWatcher(Protocol):
+    """A policy that keeps its own index of the queue (the baselines): the engine tells it of
+    every job that enters or leaves the queue, as it keeps its QueueIndex."""
+
+    def add(self, job: PendingJob) -> None: ...
+
+    def remove(self, job_id: int) -> object: ...
 
 #: Policy calls allowed at one instant. A preemption frees GPUs, which is an event of its own
 #: (the victim exits; the simulator models no grace time), so the engine plans again at once.
@@ -73,6 +145,8 @@ class Outcome:
     lost_gpu_s: float = 0.0
     #: It ran into its time limit before its trace runtime (TIMEOUT).
     timed_out: bool = False
+    #: The nodes of its last run.
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -154,9 +228,20 @@ class Simulator:
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, job id, epoch)
         self.wakes: set[float] = set()
         self.pending: dict[int, PendingJob] = {}
-        # The pending jobs in the orders a pass takes them, kept as jobs come and go.
-        self.queue = QueueIndex(self.policy)
+        self.pending_views = _Views(self.pending)
+        # The pending jobs in the orders a pass takes them, kept as jobs come and go (by the
+        # policy itself when it keeps its own).
+        self.queue: QueueIndex | None = None
+        self.watchers: list[QueueWatcher] = []
+        if isinstance(policy_fn, QueueWatcher):
+            self.watchers.append(policy_fn)
+        else:
+            self.queue = QueueIndex(self.policy)
+            self.watchers.append(self.queue)
         self.running: dict[int, _Run] = {}
+        #: The running jobs as policies see them (the same keys as `running`).
+        self.running_jobs: dict[int, RunningJob] = {}
+        self.running_views = _Views(self.running_jobs)
         self.epochs: dict[int, int] = {}
         self.finished = 0
         self.usage = Usage(usage_half_life_s)
@@ -269,9 +354,8 @@ class Simulator:
 
     def _snapshot(self, now: float) -> Snapshot:
         usage = self.usage.at(now) if self.usage.scaled else {}
-        return Snapshot(nodes=self._node_views(), pending=tuple(self.pending.values()),
-                        running=tuple(r.view for r in self.running.values()), usage=usage,
-                        queue=self.queue)
+        return Snapshot(nodes=self._node_views(), pending=self.pending_views.view(),
+                        running=self.running_views.view(), usage=usage, queue=self.queue)
 
     def _node_views(self) -> tuple[NodeView, ...]:
         # Only nodes whose GPUs changed since the last pass get a new view.
@@ -318,7 +402,10 @@ class Simulator:
         view = RunningJob(id=job.id, qos=job.qos, alloc=dict(start.alloc), start_time=now,
                           time_limit_s=job.time_limit_s, user=job.user)
         self.running[job.id] = _Run(job=job, view=view, epoch=epoch)
+        self.running_views.changing()
+        self.running_jobs[job.id] = view
         self.outcome[job.id].start = now
+        self.outcome[job.id].nodes = tuple(start.alloc)
         # The job runs its trace runtime, but the limit cuts it short (TIMEOUT).
         end = now + min(job.runtime_s, job.time_limit_s or math.inf)
         heapq.heappush(self.events, (end, _END, job.id, epoch))
@@ -362,6 +449,8 @@ class Simulator:
 
     def _release(self, run: _Run, now: float) -> None:
         del self.running[run.job.id]
+        self.running_views.changing()
+        del self.running_jobs[run.job.id]
         self.qos_running[run.job.qos] -= 1
         for name, gpus in run.view.alloc.items():
             self._set_free(name, self.free[name] | set(gpus))
@@ -375,14 +464,18 @@ class Simulator:
         self.dirty.add(name)
 
     def _enqueue(self, job: TraceJob) -> None:
-        self.pending[job.id] = pending_view(job)
-        self.queue.add(self.pending[job.id])
+        self.pending_views.changing()
+        view = self.pending[job.id] = pending_view(job)
+        for watcher in self.watchers:
+            watcher.add(view)
         self.shapes[(job.nodes, job.gpus)] += 1
         self.qos_pending[job.qos] += 1
 
     def _dequeue(self, job: TraceJob) -> None:
+        self.pending_views.changing()
         del self.pending[job.id]
-        self.queue.remove(job.id)
+        for watcher in self.watchers:
+            watcher.remove(job.id)
         shape = (job.nodes, job.gpus)
         self.shapes[shape] -= 1
         if not self.shapes[shape]:
