@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 
 from gq.model import Gpu
-from gq.sched import placement
+from gq.sched import placement, share
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
@@ -27,8 +27,8 @@ PRIORITY = "Priority"
 NEVER_FITS = "ReqNodeNotAvail"
 #: Most reservations one pass makes, whatever the ages, so a pass stays cheap on a long queue.
 MAX_RESERVATIONS = 32
-#: A reservation this close (seconds) is left to come rather than preempting for it.
-IMMINENT_S = 60.0
+#: Most jobs of a QOS under its guaranteed share a pass takes ahead of the others.
+MAX_SHARE_JOBS = 64
 
 
 class _Pass:
@@ -347,20 +347,45 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
         run.result.behind = run.behind
     ranked = Ranking(state.pending, now, policy, run.rank, state.queue)
     run.queued_qos, run.sharing, run.gpuless = ranked.qos, ranked.sharing, ranked.gpuless
+    # QOS under their guaranteed share first, up to it; their blocked jobs hold reservations
+    # of their own, apart from reserve_depth.
+    claimed = _claim_shares(run, ranked.qos) if policy.min_share else 0
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
     rest: list[PendingJob] | None = []
     while (job := ranked.next()) is not None:
-        if len(run.blocked) >= policy.reserve_depth and policy.backfill_smallest_first:
+        if job.id in run.considered:
+            continue
+        if len(run.blocked) - claimed >= policy.reserve_depth and policy.backfill_smallest_first:
             # With the caller's size order, backfill walks it, skipping the jobs taken here.
-            rest = None if state.queue is not None else [job, *ranked.rest()]
+            rest = None if state.queue is not None else [
+                j for j in (job, *ranked.rest()) if j.id not in run.considered]
             break
         run.considered.add(job.id)
-        run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)
+        run.consider(job, may_reserve=len(run.blocked) - claimed < policy.reserve_depth)
     run.backfill(rest)
     if policy.preemptors:
         _preempt(state, now, policy, run)
     return run.result
+
+
+def _claim_shares(run: _Pass, pending_qos: set[str]) -> int:
+    """Consider the jobs of each QOS under its min_share first, in their order, until they
+    would fill it (gq/sched/share.py); the first of them that waits gets a reservation.
+    Returns how many are blocked (they hold their own reservations, apart from
+    reserve_depth)."""
+    state, policy = run.state, run.policy
+    for qos, room in share.claims(policy, state, pending_qos).items():
+        ranked = Ranking([j for j in state.pending if j.qos == qos], run.now, policy, run.rank)
+        reserved, taken = False, 0
+        while room > 0 and taken < MAX_SHARE_JOBS and (job := ranked.next()) is not None:
+            taken += 1
+            run.considered.add(job.id)
+            blocked = len(run.blocked)
+            run.consider(job, may_reserve=not reserved)
+            reserved |= len(run.blocked) > blocked
+            room -= job.nodes * job.gpus
+    return len(run.blocked)
 
 
 def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:
@@ -381,8 +406,9 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
         pool = policy.pools.get(job.qos, frozenset())
         if not (victim_qos or pool) or result.reasons.get(job.id) == NEVER_FITS:
             continue
+        # A reservation due within the QOS's preempt_after_s is waited for.
         reservation = result.reservations.get(job.id)
-        if reservation is not None and reservation.start - now <= IMMINENT_S:
+        if reservation is not None and reservation.start - now <= policy.after_s(job.qos):
             continue
         key = (job.shape, job.qos)
         if key in hopeless:
@@ -394,7 +420,8 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
             victims = Victims(state, now, policy, result.starts)
         chosen = victims.choose(job, set(victim_qos), pool,
                                 (lambda name: profile.pool_rank(name, job) is not None)
-                                if policy.pools else None)  # (without pools every node is usable)
+                                if policy.pools else None,  # (without pools all are usable)
+                                policy.after_s(job.qos))
         if chosen:
             result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in chosen)
         else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, Protocol
 
+from gq.defaults import EXEMPT_LIMIT_SHARE, PREEMPT_AFTER_S
 from gq.model import Gpu
 
 #: Node name -> GPU indices on it, in node rank order.
@@ -92,6 +93,9 @@ class RunningJob:
     #: Being stopped (cancelled or preempted): never chosen again, and its GPUs are as good
     #: as free for planning.
     ending: bool = False
+    #: When it last saved its progress (a checkpoint it reported), if it did: a preemption
+    #: throws away only the work done since.
+    checkpoint_time: float | None = None
 
     @property
     def end_estimate(self) -> float:
@@ -163,8 +167,18 @@ class Policy:
     backfill_smallest_first: bool = True
     #: QOS -> the QOS it may preempt.
     preempts: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: A job started less than this long ago is not preempted (seconds).
+    #: A job started less than this long ago is not preempted (seconds), nor one that has run
+    #: less than EXEMPT_LIMIT_SHARE of its limit: a 2-minute inference job may be preempted
+    #: after 30 s, a training job after this long. `qos_exempt_s` overrides it per QOS.
     preempt_exempt_s: int = 600
+    qos_exempt_s: dict[str, int] = field(default_factory=dict)
+    #: QOS -> seconds a blocked job of it waits rather than preempt: it preempts only when its
+    #: reservation is further off, and never a job that ends (by its limit) sooner
+    #: (PREEMPT_AFTER_S when not given).
+    preempt_after_s: dict[str, float] = field(default_factory=dict)
+    #: QOS -> the share of the GPUs its pending work may always claim: while it holds less, its
+    #: jobs go first, and its jobs within that share are never preempted.
+    min_share: dict[str, float] = field(default_factory=dict)
     #: QOS -> the nodes it owns (its guaranteed pool). Jobs of other QOS may borrow them while
     #: no job of the owner waits, and are preempted when one needs them back.
     pools: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -178,6 +192,15 @@ class Policy:
     def preemptors(self) -> frozenset[str]:
         """QOS whose blocked jobs may preempt: those with victims, and pool owners."""
         return frozenset(self.preempts) | frozenset(self.pools)
+
+    def exempt_s(self, qos: str, limit_s: int) -> float:
+        """How long a job of `qos` with this limit runs before it may be preempted."""
+        base = self.qos_exempt_s.get(qos, self.preempt_exempt_s)
+        return min(base, limit_s * EXEMPT_LIMIT_SHARE) if limit_s else base
+
+    def after_s(self, qos: str) -> float:
+        """How long a blocked job of `qos` waits rather than preempt (see `preempt_after_s`)."""
+        return self.preempt_after_s.get(qos, PREEMPT_AFTER_S)
 
     @cached_property
     def owner(self) -> dict[str, str]:

@@ -13,7 +13,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
@@ -141,8 +141,14 @@ class Outcome:
     end: float | None = None
     #: Times it was preempted and requeued.
     restarts: int = 0
-    #: GPU-seconds of runs that preemption threw away.
+    #: GPU-seconds of runs that preemption threw away (since each run's last checkpoint).
     lost_gpu_s: float = 0.0
+    #: Seconds of its runtime saved by checkpoints of preempted runs (the last run skips them).
+    saved_s: float = 0.0
+    #: Seconds it spent pending in all: before its first run and after each preemption.
+    waited_s: float = 0.0
+    #: When it last entered the queue (its submission, or its last preemption).
+    queued_at: float | None = None
     #: It ran into its time limit before its trace runtime (TIMEOUT).
     timed_out: bool = False
     #: The nodes of its last run.
@@ -259,6 +265,7 @@ class Simulator:
         self.qos_pending: Counter[str] = Counter()
         self.qos_running: Counter[str] = Counter()
         self.preemptible = {v for victims in self.policy.preempts.values() for v in victims}
+        self.checkpointing = any(j.checkpoint_s for j in fits)
         # A job on a pool node of another QOS may be preempted by the owner, whatever its QOS.
         self.anyone_preemptible = bool(self.policy.pools)
 
@@ -353,9 +360,20 @@ class Simulator:
                    for q, victims in self.policy.preempts.items())
 
     def _snapshot(self, now: float) -> Snapshot:
+        if self.checkpointing and self._may_preempt():
+            self._show_checkpoints(now)
         usage = self.usage.at(now) if self.usage.scaled else {}
         return Snapshot(nodes=self._node_views(), pending=self.pending_views.view(),
                         running=self.running_views.view(), usage=usage, queue=self.queue)
+
+    def _show_checkpoints(self, now: float) -> None:
+        """Bring the running jobs' views up to date with their last checkpoints, for a policy
+        that picks victims by the work they would lose."""
+        for job_id, run in self.running.items():
+            at = checkpoint_time(run.job, run.view.start_time, now)
+            if at != run.view.checkpoint_time:
+                self.running_views.changing()
+                run.view = self.running_jobs[job_id] = replace(run.view, checkpoint_time=at)
 
     def _node_views(self) -> tuple[NodeView, ...]:
         # Only nodes whose GPUs changed since the last pass get a new view.
@@ -404,15 +422,19 @@ class Simulator:
         self.running[job.id] = _Run(job=job, view=view, epoch=epoch)
         self.running_views.changing()
         self.running_jobs[job.id] = view
-        self.outcome[job.id].start = now
-        self.outcome[job.id].nodes = tuple(start.alloc)
-        # The job runs its trace runtime, but the limit cuts it short (TIMEOUT).
-        end = now + min(job.runtime_s, job.time_limit_s or math.inf)
+        outcome = self.outcome[job.id]
+        outcome.waited_s += now - (job.submit_time if outcome.queued_at is None
+                                   else outcome.queued_at)
+        outcome.start, outcome.nodes = now, tuple(start.alloc)
+        # The job runs what is left of its trace runtime (all of it unless a checkpoint saved
+        # some before a preemption), but the limit cuts it short (TIMEOUT).
+        left = job.runtime_s - self.outcome[job.id].saved_s
+        end = now + min(left, job.time_limit_s or math.inf)
         heapq.heappush(self.events, (end, _END, job.id, epoch))
-        if (job.qos in self.preemptible or self.anyone_preemptible) \
-                and end > now + self.policy.preempt_exempt_s:
+        exempt = self.policy.exempt_s(job.qos, job.time_limit_s)
+        if (job.qos in self.preemptible or self.anyone_preemptible) and end > now + exempt:
             # From then on a waiting preemptor may take its GPUs, with or without other events.
-            self._wake_at(now + self.policy.preempt_exempt_s)
+            self._wake_at(now + exempt)
 
     def _check_alloc(self, job: PendingJob, alloc: dict[str, tuple[int, ...]]) -> None:
         if len(alloc) != job.nodes:
@@ -432,9 +454,13 @@ class Simulator:
             raise SimInvariantError(f"preemption of job {p.victim}, which is not running")
         self._release(run, now)
         outcome = self.outcome[p.victim]
-        outcome.lost_gpu_s += (now - run.view.start_time) * run.job.total_gpus
+        ran = now - run.view.start_time
+        saved = _saved(run.job, ran, run.job.runtime_s - outcome.saved_s)
+        # Only the work since its last checkpoint is lost; what it saved, the next run skips.
+        outcome.lost_gpu_s += (ran - saved) * run.job.total_gpus
+        outcome.saved_s += saved
         outcome.restarts += 1
-        outcome.start = None
+        outcome.start, outcome.queued_at = None, now
         self.result.preemptions += 1
         # Requeued with its original submit time, so it keeps its age (and its place in FCFS).
         self._enqueue(run.job)
@@ -444,7 +470,7 @@ class Simulator:
         self._release(run, now)
         outcome = self.outcome[job_id]
         outcome.end = now
-        outcome.timed_out = run.job.runtime_s > (now - run.view.start_time)
+        outcome.timed_out = run.job.runtime_s - outcome.saved_s > (now - run.view.start_time)
         self.finished += 1
 
     def _release(self, run: _Run, now: float) -> None:
@@ -481,6 +507,21 @@ class Simulator:
         if not self.shapes[shape]:
             del self.shapes[shape]  # so that _some_shape_fits only looks at shapes still waiting
         self.qos_pending[job.qos] -= 1
+
+
+def _saved(job: TraceJob, ran: float, left: float) -> float:
+    """Seconds of work a run of `ran` seconds saved by its checkpoints (every
+    `job.checkpoint_s` of its run; never the whole of what was `left` to do)."""
+    if not job.checkpoint_s:
+        return 0.0
+    return min(math.floor(ran / job.checkpoint_s) * job.checkpoint_s, left)
+
+
+def checkpoint_time(job: TraceJob, start: float, now: float) -> float | None:
+    """When a run started at `start` last checkpointed by `now`, if it has."""
+    if not job.checkpoint_s or now - start < job.checkpoint_s:
+        return None
+    return start + math.floor((now - start) / job.checkpoint_s) * job.checkpoint_s
 
 
 def simulate(jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,

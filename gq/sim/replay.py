@@ -33,13 +33,14 @@ def gq_policy(cfg: Config | None = None) -> Policy:
 
 
 def run(jobs: list[TraceJob], cluster: Cluster, name: str,
-        on_progress: ProgressFn | None = None) -> SimResult:
-    return simulate(jobs, cluster, policy_fn(name), gq_policy(), on_progress)
+        on_progress: ProgressFn | None = None, cfg: Config | None = None) -> SimResult:
+    """One replay under the policy `name`, with the knobs of `cfg` (gq's defaults if None)."""
+    return simulate(jobs, cluster, policy_fn(name), gq_policy(cfg), on_progress)
 
 
 def replay(jobs: list[TraceJob], cluster: Cluster, name: str,
-           on_progress: ProgressFn | None = None) -> Metrics:
-    return summarize(run(jobs, cluster, name, on_progress))
+           on_progress: ProgressFn | None = None, cfg: Config | None = None) -> Metrics:
+    return summarize(run(jobs, cluster, name, on_progress, cfg))
 
 
 #: Columns of `gq sim --schedule-out`: one row per job and policy.

@@ -37,6 +37,9 @@ class TraceJob:
     gpus: int = 1
     qos: str = DEFAULT_QOS
     user: str = ""
+    #: It checkpoints every this many seconds of its run (0: never), so a preemption loses
+    #: only the work since its last checkpoint and its next run resumes from there.
+    checkpoint_s: float = 0.0
 
     @property
     def total_gpus(self) -> int:
@@ -53,6 +56,8 @@ class TraceOptions:
     #: QOS name -> share of jobs; empty means every job gets DEFAULT_QOS.
     qos_mix: tuple[tuple[str, float], ...] = ()
     gpus_per_node: int = 8
+    #: Every job checkpoints every this many seconds of its run (0: none does).
+    checkpoint_every_s: float = 0.0
 
 
 def shared_traces(start: Path | None = None) -> Path:
@@ -163,7 +168,7 @@ def parse_rows(rows: Iterable[dict[str, str]], opts: TraceOptions) -> list[Trace
             id=index + 1, name=row["job_id"], submit_time=submit, runtime_s=runtime,
             time_limit_s=_limit(row, runtime, opts.limits, limit_rng),
             nodes=nodes, gpus=per_node, qos=pick_qos(opts.qos_mix, qos_rng),
-            user=(row.get("user") or "").strip()))
+            user=(row.get("user") or "").strip(), checkpoint_s=opts.checkpoint_every_s))
     return jobs
 
 
