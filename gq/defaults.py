@@ -56,6 +56,9 @@ MAX_QUEUED_JOBS = 200_000
 
 #: The QOS a job gets when it names none.
 DEFAULT_QOS = "normal"
+#: Jobs of this many GPUs or more (all ranks together) are the "big" ones: the scheduler can
+#: age them sooner and protect their reservations, and the simulator reports their waits apart.
+BIG_JOB_GPUS = 8
 #: Seconds a blocked job of a preempting QOS waits rather than preempt, by default: it preempts
 #: only when its reservation is further off, and never a job that ends sooner by its limit.
 PREEMPT_AFTER_S = 60.0

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from gq.defaults import BIG_JOB_GPUS
 from gq.model import Gpu
 from gq.sched import placement, share
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
@@ -116,7 +118,7 @@ class _Pass:
                 self.consider(first, may_reserve=False)
             return
         fits = _FitsNow(self.profile.room_now())
-        aged_before = self.now - self.policy.reserve_age_s
+        aged = self.policy.aged_test(self.now)
         # (Only preemptors with jobs in the queue: most passes have none, and then the jobs
         # left once nothing is free need no second look.)
         preempts = self.policy.preemptors & self.queued_qos
@@ -125,7 +127,7 @@ class _Pass:
         def looked_at(j: PendingJob) -> bool:
             # Could start now, or aged (_needs_work(job, False): an aged job may reserve while
             # GPUs are free), or may preempt.
-            return fits[j.shape] or j.submit_time <= aged_before or j.qos in preempts
+            return fits[j.shape] or aged(j) or j.qos in preempts
 
         backlog = _Backlog(self, rest, self.state.queue.by_size if self.state.queue else None,
                            looked_at)
@@ -141,7 +143,7 @@ class _Pass:
         # looked at anyway), in the same order: nothing is re-sorted.
         full = len(self.result.reservations) >= MAX_RESERVATIONS
         backlog.narrow(lambda j: j.share or not j.gpus or j.qos in preempts or (
-            reserving and j.submit_time <= aged_before and not full))
+            reserving and aged(j) and not full))
         # Nothing is free from here on (else the backlog would have been taken to its end).
         # In order while reservations are left to make (ranking only the ties reached)...
         while len(self.result.reservations) < MAX_RESERVATIONS \
@@ -219,7 +221,11 @@ class _Pass:
         return self.policy.explain or self.gpuless
 
     def _aged(self, job: PendingJob) -> bool:
-        return self.now - job.submit_time >= self.policy.reserve_age_s
+        return self._is_aged(job)
+
+    @cached_property
+    def _is_aged(self) -> Callable[[PendingJob], bool]:
+        return self.policy.aged_test(self.now)
 
     def _needs_work(self, job: PendingJob, may_reserve: bool) -> bool:
         """Whether a job must be looked at although no GPU is free: to reserve it for display,
@@ -356,13 +362,17 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     while (job := ranked.next()) is not None:
         if job.id in run.considered:
             continue
-        if len(run.blocked) - claimed >= policy.reserve_depth and policy.backfill_smallest_first:
+        if len(run.blocked) - claimed >= policy.reserve_depth and policy.backfill_smallest_first \
+                and not (policy.aged_in_order and run._aged(job)
+                         and len(run.result.reservations) < MAX_RESERVATIONS):
             # With the caller's size order, backfill walks it, skipping the jobs taken here.
             rest = None if state.queue is not None else [
                 j for j in (job, *ranked.rest()) if j.id not in run.considered]
             break
         run.considered.add(job.id)
         run.consider(job, may_reserve=len(run.blocked) - claimed < policy.reserve_depth)
+    if policy.big_reserve_depth and _reserve_big(run) and rest:
+        rest = [j for j in rest if j.id not in run.considered]
     run.backfill(rest)
     if policy.preemptors:
         _preempt(state, now, policy, run)
@@ -386,6 +396,35 @@ def _claim_shares(run: _Pass, pending_qos: set[str]) -> int:
             reserved |= len(run.blocked) > blocked
             room -= job.nodes * job.gpus
     return len(run.blocked)
+
+
+def _reserve_big(run: _Pass) -> bool:
+    """The first `big_reserve_depth` blocked jobs of BIG_JOB_GPUS or more, first come first, hold
+    reservations too, so that backfill cannot push them back however small jobs are ordered.
+    Returns whether it considered any job."""
+    if not (run.profile.any_free_now() or run.reserving):
+        return False
+    if run.state.queue is not None:
+        jobs: Iterable[PendingJob] = (k[-1] for k in run.state.queue.big_by_age)
+    else:
+        tier = run.policy.qos_priority
+        jobs = sorted((j for j in run.state.pending if j.nodes * j.gpus >= BIG_JOB_GPUS),
+                      key=lambda j: (-tier.get(j.qos, 0), j.submit_time, j.id))
+    found = looked = 0
+    for job in jobs:
+        if not (run.profile.any_free_now() or run.reserving) \
+                or len(run.result.reservations) >= MAX_RESERVATIONS:
+            break  # a reservation now could no longer change what starts in this pass
+        if job.id in run.considered:
+            found += job.id in run.result.reservations
+        else:
+            looked += 1
+            run.considered.add(job.id)
+            run.consider(job, may_reserve=True)
+            found += job.id in run.result.reservations
+        if found >= run.policy.big_reserve_depth:
+            break
+    return looked > 0
 
 
 def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:

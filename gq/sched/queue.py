@@ -14,6 +14,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable
 
+from gq.defaults import BIG_JOB_GPUS
 from gq.sched.types import AgeKey, PendingJob, Policy, SizeKey
 
 __all__ = ["AgeKey", "QueueIndex", "SizeKey", "age_key", "size_key"]
@@ -37,6 +38,8 @@ class QueueIndex:
         self.policy = policy
         self.by_size: list[SizeKey] = []
         self.by_age: list[AgeKey] = []
+        #: The big jobs' (BIG_JOB_GPUS or more) keys of `by_age`: Policy.big_reserve_depth walks them.
+        self.big_by_age: list[AgeKey] = []
         #: QOS -> pending jobs of it.
         self.qos: Counter[str] = Counter()
         #: Pending jobs that share GPUs, and that need none.
@@ -51,6 +54,8 @@ class QueueIndex:
         self._jobs[job.id] = job
         insort(self.by_size, size_key(job, self.policy))
         insort(self.by_age, age_key(job, self.policy))
+        if _big(job):
+            insort(self.big_by_age, age_key(job, self.policy))
         self.qos[job.qos] += 1
         self.sharing += job.share
         self.gpuless += not job.gpus
@@ -77,6 +82,7 @@ class QueueIndex:
         self._jobs = want = {job.id: job for job in jobs}
         self.by_size = sorted([size_key(j, self.policy) for j in want.values()])
         self.by_age = sorted([age_key(j, self.policy) for j in want.values()])
+        self.big_by_age = [k for k in self.by_age if _big(k[-1])]
         self.qos = Counter(j.qos for j in want.values())
         self.sharing = sum(j.share for j in want.values())
         self.gpuless = sum(not j.gpus for j in want.values())
@@ -85,9 +91,15 @@ class QueueIndex:
         job = self._jobs.pop(job_id)
         del self.by_size[bisect_left(self.by_size, size_key(job, self.policy))]
         del self.by_age[bisect_left(self.by_age, age_key(job, self.policy))]
+        if _big(job):
+            del self.big_by_age[bisect_left(self.big_by_age, age_key(job, self.policy))]
         self.qos[job.qos] -= 1
         if not self.qos[job.qos]:
             del self.qos[job.qos]
         self.sharing -= job.share
         self.gpuless -= not job.gpus
         return job
+
+
+def _big(job: PendingJob) -> bool:
+    return job.nodes * job.gpus >= BIG_JOB_GPUS

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, Protocol
 
-from gq.defaults import EXEMPT_LIMIT_SHARE, PREEMPT_AFTER_S
+from gq.defaults import BIG_JOB_GPUS, EXEMPT_LIMIT_SHARE, PREEMPT_AFTER_S
 from gq.model import Gpu
 
 #: Node name -> GPU indices on it, in node rank order.
@@ -120,6 +120,10 @@ class QueueOrder(Protocol):
     def by_age(self) -> Sequence[AgeKey]: ...
 
     @property
+    def big_by_age(self) -> Sequence[AgeKey]:
+        """The keys of `by_age` of the jobs of BIG_JOB_GPUS or more."""
+
+    @property
     def qos(self) -> Mapping[str, int]:
         """QOS -> pending jobs of it."""
 
@@ -162,7 +166,16 @@ class Policy:
     #: How many blocked jobs (in order) get a reservation; chosen by simulation (SCHEDULING.md).
     reserve_depth: int = 1
     #: Jobs waiting longer than this go first and always get a reservation (seconds).
-    reserve_age_s: int = 48 * 3600
+    reserve_age_s: int = 96 * 3600
+    #: The same for big jobs (BIG_JOB_GPUS or more), if set (0: reserve_age_s): they wait
+    #: longest for room, so they may need to come first sooner.
+    reserve_age_big_s: int = 0
+    #: How many blocked big jobs (BIG_JOB_GPUS or more), first come first, get a reservation
+    #: besides, so that however small jobs are ordered they cannot push those back.
+    big_reserve_depth: int = 4
+    #: Aged jobs are all taken in their order (oldest first), each blocked one reserving, before
+    #: the younger ones are backfilled smallest first.
+    aged_in_order: bool = False
     #: Jobs behind the reserved ones are tried smallest first (GPUs x limit), not by priority.
     backfill_smallest_first: bool = True
     #: QOS -> the QOS it may preempt.
@@ -192,6 +205,20 @@ class Policy:
     def preemptors(self) -> frozenset[str]:
         """QOS whose blocked jobs may preempt: those with victims, and pool owners."""
         return frozenset(self.preempts) | frozenset(self.pools)
+
+    def aged_test(self, now: float) -> Callable[[PendingJob], bool]:
+        """Whether a job has waited its `reserve_age_s` (or `reserve_age_big_s`) at `now`."""
+        small_before = now - self.reserve_age_s
+        if not self.reserve_age_big_s:
+            return lambda j: j.submit_time <= small_before
+        big_before = now - self.reserve_age_big_s
+        return lambda j: j.submit_time <= (big_before if j.nodes * j.gpus >= BIG_JOB_GPUS
+                                           else small_before)
+
+    def aged_bounds(self, now: float) -> tuple[float, float]:
+        """Submit times at or before which every job is aged, and some (of one size) are."""
+        cuts = (now - self.reserve_age_s, now - (self.reserve_age_big_s or self.reserve_age_s))
+        return min(cuts), max(cuts)
 
     def exempt_s(self, qos: str, limit_s: int) -> float:
         """How long a job of `qos` with this limit runs before it may be preempted."""

@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gq.defaults import BIG_JOB_GPUS
 from gq.sim.engine import Outcome, SimResult
 
 #: Runs shorter than this count as this long in bounded slowdown, so that a 1 s job waiting
 #: 10 s is not "11x slowed down" (the usual tau of the batch-scheduling literature).
 TAU_S = 10.0
-#: Jobs with at least this many GPUs in all are the "big" ones whose starvation we watch.
-BIG_JOB_GPUS = 8
 
 
 @dataclass(frozen=True)

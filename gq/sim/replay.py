@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from gq.config import Config
 from gq.errors import UsageError
@@ -13,13 +14,28 @@ from gq.sim.engine import Cluster, PolicyFn, ProgressFn, SimResult, simulate
 from gq.sim.metrics import Metrics, summarize
 from gq.sim.trace import TraceJob
 
+#: Variants of gq's policy `gq sim --policy` can compare, as changes to its knobs: the ones
+#: docs/SCHEDULING.md reports trying (what each did is there).
+VARIANTS: dict[str, dict[str, Any]] = {
+    # Before issue 18: aged after 48 h, only the head reserved.
+    "gq-48h": {"reserve_age_s": 48 * 3600, "big_reserve_depth": 0},
+    "gq-nobig": {"big_reserve_depth": 0},
+    # Big jobs aged sooner than small ones.
+    "gq-bigage": {"reserve_age_big_s": 48 * 3600},
+    # Aged jobs all in their order, each reserving, before smallest-first backfill.
+    "gq-agedfcfs": {"aged_in_order": True},
+    # gq's mechanics in first-come order: should be EASY (docs/SCHEDULING.md).
+    "gq-fcfs": {"reserve_age_s": 10 ** 9, "weight_ratio": 0, "weight_fairshare": 0,
+                "max_age_s": 10 ** 9, "weight_age": 10 ** 9, "backfill_smallest_first": False,
+                "big_reserve_depth": 0},
+}
 #: Policies `gq sim --policy` knows, in the order they are listed in help and tables.
-POLICY_NAMES = ("gq", "easy", "conservative", "fifo", "firstfit")
+POLICY_NAMES = ("gq", "easy", "conservative", "fifo", "firstfit", *VARIANTS)
 
 
 def policy_fn(name: str) -> PolicyFn:
     """The policy of that name, fresh for one replay (a baseline keeps its queue)."""
-    if name == "gq":
+    if name == "gq" or name in VARIANTS:
         return plan
     if name in BASELINES:
         return BASELINES[name]()
@@ -35,7 +51,8 @@ def gq_policy(cfg: Config | None = None) -> Policy:
 def run(jobs: list[TraceJob], cluster: Cluster, name: str,
         on_progress: ProgressFn | None = None, cfg: Config | None = None) -> SimResult:
     """One replay under the policy `name`, with the knobs of `cfg` (gq's defaults if None)."""
-    return simulate(jobs, cluster, policy_fn(name), gq_policy(cfg), on_progress)
+    knobs = dataclasses.replace(gq_policy(cfg), **VARIANTS.get(name, {}))
+    return simulate(jobs, cluster, policy_fn(name), knobs, on_progress)
 
 
 def replay(jobs: list[TraceJob], cluster: Cluster, name: str,
