@@ -170,9 +170,13 @@ class SchedulerConfig:
     weight_ratio: int = 1000
     #: How many blocked jobs (in order) get a reservation each pass (1 was best in simulation).
     reserve_depth: int = 1
-    #: Jobs pending longer than this go first and always get a reservation, in seconds.
-    reserve_age_s: int = 48 * 3600
-    #: A job that started less than this long ago is not preempted, in seconds.
+    #: Jobs pending longer than this go first and always get a reservation, in seconds (96 h
+    #: was best in simulation against standard EASY, docs/SCHEDULING.md).
+    reserve_age_s: int = 96 * 3600
+    #: How many blocked jobs of 8 GPUs or more, first come first, get a reservation besides.
+    big_reserve_depth: int = 4
+    #: A job that started less than this long ago is not preempted, in seconds (nor one that
+    #: has run less than a quarter of its limit); the default of QOS that set none.
     preempt_exempt_s: int = 600
     #: GPUs per node of a `gq submit` job that asks for none in any form (a Slurm script, or
     #: an `sbatch` call, that asks for none gets none).
@@ -191,6 +195,16 @@ class QosConfig:
     #: Nodes this QOS owns (its guaranteed pool): jobs of other QOS may borrow them while no
     #: job of this QOS waits, and are preempted when one needs them back.
     pool: list[str] = field(default_factory=list)
+    #: Seconds a blocked job of this QOS waits rather than preempt: it preempts only when its
+    #: reservation is further off, and never a job that will end sooner by its limit.
+    preempt_after_s: float = defaults.PREEMPT_AFTER_S
+    #: Seconds a job of this QOS runs before it may be preempted (at most a quarter of its
+    #: limit); a QOS that names none gets [scheduler] preempt_exempt_s (see `from_dict`).
+    preempt_exempt_s: int = 600
+    #: Share of the cluster's GPUs (0..1) this QOS's pending work may always claim: while its
+    #: running jobs hold less, its jobs are scheduled before other tiers' and its jobs within
+    #: the share are never preempted.
+    min_share: float = 0.0
     #: Seconds a preempted job of this QOS has between its signal and SIGKILL (Slurm's
     #: GraceTime); a file that names none gets [head] kill_grace_s (see `from_dict`).
     grace_s: float = defaults.KILL_GRACE_S
@@ -274,8 +288,12 @@ class Config:
                       weight_fairshare=sc.weight_fairshare, weight_ratio=sc.weight_ratio,
                       reserve_depth=sc.reserve_depth,
                       reserve_age_s=sc.reserve_age_s,
+                      big_reserve_depth=sc.big_reserve_depth,
                       preempts={n: tuple(q.preempts) for n, q in self.qos.items() if q.preempts},
                       preempt_exempt_s=sc.preempt_exempt_s,
+                      qos_exempt_s={n: q.preempt_exempt_s for n, q in self.qos.items()},
+                      preempt_after_s={n: q.preempt_after_s for n, q in self.qos.items()},
+                      min_share={n: q.min_share for n, q in self.qos.items() if q.min_share},
                       pools={n: frozenset(q.pool) for n, q in self.qos.items() if q.pool})
 
 
@@ -308,10 +326,12 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     cfg = Config(path=source)
     graced: set[str] = set()  # QOS whose table names its own grace_s
+    exempted: set[str] = set()  # ... and its own preempt_exempt_s
     for section, value in data.items():
         if section == "qos":
             cfg.qos = {name: _qos(name, v, source) for name, v in _table(value, "qos", source).items()}
             graced = {name for name, v in value.items() if "grace_s" in v}
+            exempted = {name for name, v in value.items() if "preempt_exempt_s" in v}
         elif section == "partition":
             cfg.partition = {name: _partition(name, v, source)
                              for name, v in _table(value, "partition", source).items()}
@@ -339,6 +359,9 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     for name, qos in cfg.qos.items():
         if name not in graced:
             qos.grace_s = cfg.head.kill_grace_s
+        if name not in exempted:
+            qos.preempt_exempt_s = cfg.scheduler.preempt_exempt_s
+    _check_shares(cfg, source)
     return cfg
 
 
@@ -354,6 +377,20 @@ def _check_node(node: NodeConfig, source: str) -> None:
     if node.job_pids_max < 0:
         raise ConfigError(f"{source}: [node] job_pids_max must be 0 (no limit) or more, not "
                           f"{node.job_pids_max}")
+def _check_shares(cfg: Config, source: str) -> None:
+    """Guaranteed shares are fractions of one cluster: each 0..1, together at most 1."""
+    for name, qos in cfg.qos.items():
+        if not 0 <= qos.min_share <= 1:
+            raise ConfigError(f"{source}: [qos.{name}] min_share must be a fraction from 0 to 1, "
+                              f"not {qos.min_share!r}")
+        for key in ("preempt_after_s", "preempt_exempt_s"):
+            if not 0 <= getattr(qos, key) < math.inf:
+                raise ConfigError(f"{source}: [qos.{name}] {key} must be a number of seconds, "
+                                  f"0 or more, not {getattr(qos, key)!r}")
+    total = sum(q.min_share for q in cfg.qos.values())
+    if total > 1 + 1e-9:
+        raise ConfigError(f"{source}: the QOS' min_share add up to {total:g}, more than the "
+                          "whole cluster (1)")
 
 
 def _check_pools(cfg: Config, source: str) -> None:

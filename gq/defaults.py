@@ -138,6 +138,16 @@ MAX_QUEUED_JOBS = 200_000
 
 #: The QOS a job gets when it names none.
 DEFAULT_QOS = "normal"
+#: Jobs of this many GPUs or more (all ranks together) are the "big" ones: the scheduler can
+#: age them sooner and protect their reservations, and the simulator reports their waits apart.
+BIG_JOB_GPUS = 8
+#: Seconds a blocked job of a preempting QOS waits rather than preempt, by default: it preempts
+#: only when its reservation is further off, and never a job that ends sooner by its limit.
+PREEMPT_AFTER_S = 60.0
+#: A job is exempt from preemption for at most this share of its time limit (else for the
+#: QOS's preempt_exempt_s), so short inference jobs can be preempted while training jobs keep
+#: their start-up time.
+EXEMPT_LIMIT_SHARE = 0.25
 #: Output file pattern when `-o` is not given (Slurm's is slurm-%j.out).
 DEFAULT_OUTPUT = "gq-%j.out"
 #: ... of a Slurm script (one with #SBATCH lines) or an `sbatch` call: Slurm's, with an

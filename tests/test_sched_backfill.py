@@ -98,9 +98,30 @@ def test_reserve_depth_limits_reservations_but_old_jobs_always_get_one() -> None
     jobs = tuple(pending(10 + i, 8, age=10, qos="pro") for i in range(5)) + (
         pending(99, 8, age=2 * 86400),)
     policy = Policy(qos_priority={"normal": 10, "pro": 100}, reserve_depth=2,
-                    reserve_age_s=86400, weight_age=0)
+                    reserve_age_s=86400, weight_age=0, big_reserve_depth=0)
     p = plan(snapshot(runs, jobs, names=("n1",)), NOW, policy)
     assert set(p.reservations) == {10, 11, 99}
+    # The first big_reserve_depth big jobs (8 GPUs here) in age order, tier by tier, hold
+    # reservations: 10 and 11 already do, 12 and 13 get theirs.
+    p = plan(snapshot(runs, jobs, names=("n1",)), NOW,
+             dataclasses.replace(policy, big_reserve_depth=4))
+    assert set(p.reservations) == {10, 11, 12, 13, 99}
+
+
+def test_big_jobs_hold_reservations_however_small_jobs_rank() -> None:
+    # Half the node is busy until +600. The head (6 GPUs, short, high ratio) is reserved from
+    # then; the 8-GPU job ranks below it. Without a reservation of its own, a long 2-GPU job
+    # takes the two GPUs the head leaves and pushes the big job back by hours; with
+    # big_reserve_depth the big job is reserved after the head and the long job must wait.
+    runs = (running(1, {"n1": (0, 1, 2, 3)}, 0, 600),)
+    jobs = (pending(10, 6, limit=60, age=1000), pending(11, 8, limit=3600, age=100),
+            pending(12, 2, limit=5000))
+    state = snapshot(runs, jobs, names=("n1",))
+    off = plan(state, NOW, dataclasses.replace(POLICY, big_reserve_depth=0))
+    assert [s.job_id for s in off.starts] == [12] and 11 not in off.reservations
+    on = plan(state, NOW, dataclasses.replace(POLICY, big_reserve_depth=1))
+    assert on.starts == [] and on.reservations[11].start == NOW + 660
+    assert on.reservations[10].start == NOW + 600
 
 
 def test_unlimited_running_job_blocks_reservations_on_its_gpus() -> None:

@@ -21,7 +21,7 @@ from gq.sim.replay import POLICY_NAMES, gq_policy, parse_policies, policy_fn
 from gq.sim.trace import TraceOptions
 
 REPO = Path(__file__).resolve().parent.parent
-PHILLY = REPO.parent / "shared" / "traces" / "philly" / "jobs.csv"
+PHILLY = trace_mod.shared_traces() / "philly" / "jobs.csv"
 
 #: (submit_time_s, gpus, runtime_s) per job, in the order job ids are given (1, 2, ...).
 Row = tuple[float, int, float]
@@ -83,6 +83,33 @@ def test_limit_models(tmp_path):
     assert min(ks) < 1.3 and max(ks) > 4.7 and 2.6 < sum(ks) / len(ks) < 3.4
     with pytest.raises(UsageError, match="bad --limits"):
         trace_mod.load(path, TraceOptions(limits="x3"))
+
+
+def test_random_limits_draw_as_the_reference_simulator_does(tmp_path):
+    # k per job in submit order from random.Random(seed): "seed 1" means the same limits to gq
+    # and ../shared/refsim, but for gq's rounding up to whole seconds.
+    import math
+    import random
+    rows = [(5 - i % 3, 1, 100 + 7 * i) for i in range(50)]  # not in submit order in the file
+    jobs = trace_mod.load(philly(tmp_path, rows), TraceOptions(limits="random", seed=1))
+    rng = random.Random(1)
+    ordered = sorted(enumerate(rows), key=lambda r: (r[1][0], r[0]))
+    assert [j.time_limit_s for j in jobs] == [math.ceil(r * rng.uniform(1, 5))
+                                              for _, (_, _, r) in ordered]
+
+
+def test_trace_limits_come_from_the_limit_s_column(tmp_path):
+    path = tmp_path / "limits.csv"
+    path.write_text("job_id,submit_time_s,gpus,runtime_s,limit_s\n"
+                    "a,0,1,100,250\nb,1,1,100,50\nc,2,1,100.5,\n")
+    with pytest.raises(UsageError, match="job c: --limits trace needs a limit_s"):
+        trace_mod.load(path, TraceOptions(limits="trace"))
+    path.write_text("job_id,submit_time_s,gpus,runtime_s,limit_s\n"
+                    "a,0,1,100,250\nb,1,1,100,50\nc,2,1,100.5,100.5\n")
+    # Never below the runtime, in whole seconds (up).
+    assert [j.time_limit_s for j in trace_mod.load(path, TraceOptions(limits="trace"))] \
+        == [250, 100, 101]
+    assert "limit_s" in trace_mod.describe_limits(TraceOptions(limits="trace"))
 
 
 def test_qos_mix_is_seeded_and_does_not_change_limits(tmp_path):
@@ -249,7 +276,9 @@ def test_preemption_requeues_the_victim_with_its_submit_time(tmp_path):
     assert len(requeued) == 2 and all(j.submit_time == 0 for j in requeued)
     m = summarize(result)
     assert (m.preemptions, m.lost_gpu_h, m.jobs) == (1, pytest.approx(80 / 3600), 2)
-    assert m.wait.max == 40  # the victim's wait counts from submit to its last start
+    # The victim's wait is its time pending: 0 before its first run, 30 s before its second
+    # (its first run is no waiting; its lost work is counted apart).
+    assert m.wait.max == 30
 
 
 def test_victim_leaving_its_exempt_time_wakes_the_engine(tmp_path):
@@ -364,6 +393,20 @@ def test_gq_sim_json_side_by_side(tmp_path, capsys):
     assert doc["limits"] == "x2" and doc["limits_model"] == "limit = runtime x 2"
     fifo_r, ff_r = doc["results"]
     assert fifo_r["wait"]["max"] == 108 and ff_r["wait"]["max"] == 99
+
+
+def test_gq_sim_writes_each_jobs_schedule(tmp_path, capsys):
+    from gq.cli.main import main
+    path = philly(tmp_path, [(0, 4, 100), (1, 8, 10), (2, 1, 10)])
+    out = tmp_path / "schedule.csv"
+    assert main(["sim", str(path), "--nodes", "1", "--policy", "fifo,firstfit",
+                 "--schedule-out", str(out)]) == 0
+    import csv
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    got = {(r["policy"], r["job_id"]): (float(r["start_s"]), r["nodes"]) for r in rows}
+    assert got[("fifo", "v1-2")] == (110, "n001") and got[("firstfit", "v1-2")] == (2, "n001")
+    assert len(rows) == 6
 
 
 def test_gq_sim_table_and_usage_errors(tmp_path, capsys):

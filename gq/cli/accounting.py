@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from typing import Any, Optional
@@ -19,6 +20,19 @@ REPORT_COLUMNS = ("GROUP", "NAME", "GPU_HOURS", "WASTED_GPU_HOURS")
 HISTORY_COLUMNS = ("JobID", "JobName", "User", "Account", "QOS", "State", "ExitCode", "Submit",
                    "Start", "End", "Elapsed", "GPUs", "NodeList", "Restarts", "MaxRSS",
                    "TotalCPU")
+
+
+def gpu_hours(hours: float) -> str:
+    """GPU-hours to two significant figures (0.0034, 0.52, 12, 1300): small waste shows as
+    itself, not as 0.00, and large use without false precision."""
+    if hours == 0 or not math.isfinite(hours):
+        return f"{hours:g}"
+    digits = 1 - math.floor(math.log10(abs(hours)))  # decimals that keep two figures
+    rounded = round(hours, digits)
+    if abs(rounded) >= 10 ** (2 - digits):  # 9.96 -> 10.0: one decimal too many now
+        digits -= 1
+        rounded = round(hours, digits)
+    return f"{rounded:.{max(digits, 0)}f}"
 
 
 def register(app: typer.Typer) -> None:
@@ -91,13 +105,13 @@ def report(
     if parsable:
         render.parsable(REPORT_COLUMNS, _report_rows(data))
         return 0
-    print(f"GPU-hours from {data['since']} to {data['until']}: {data['gpu_hours']:.2f}, "
-          f"of which wasted {data['wasted_gpu_hours']:.2f} ("
-          + ", ".join(f"{k} {v:.2f}" for k, v in data["wasted_by_cause"].items()) + ")")
+    print(f"GPU-hours from {data['since']} to {data['until']}: {gpu_hours(data['gpu_hours'])}, "
+          f"of which wasted {gpu_hours(data['wasted_gpu_hours'])} ("
+          + ", ".join(f"{k} {gpu_hours(v)}" for k, v in data["wasted_by_cause"].items()) + ")")
     for key in ("user", "account", "qos"):
         print()
         render.table([key.upper(), "GPU_HOURS", "WASTED_GPU_HOURS"],
-                     [[r[key] or "-", f"{r['gpu_hours']:.2f}", f"{r['wasted_gpu_hours']:.2f}"]
+                     [[r[key] or "-", gpu_hours(r["gpu_hours"]), gpu_hours(r["wasted_gpu_hours"])]
                       for r in data[f"by_{key}"]])
     return 0
 

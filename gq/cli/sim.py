@@ -12,7 +12,8 @@ import typer
 from gq.cli import render
 
 if TYPE_CHECKING:  # the simulator is imported inside the command, so `gq submit` never loads it
-    from gq.sim.engine import Cluster, ProgressFn
+    from gq.config import Config
+    from gq.sim.engine import Cluster, ProgressFn, SimResult
     from gq.sim.metrics import Metrics
     from gq.sim.trace import TraceJob, TraceOptions
 
@@ -26,10 +27,13 @@ def sim(
     vc: Optional[str] = typer.Option(None, "--vc", help="Philly virtual cluster to replay"),
     nodes: int = typer.Option(..., "-n", "--nodes", help="nodes in the simulated cluster"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node"),
-    policy: list[str] = typer.Option(["gq"], "--policy", help="gq|easy|fifo|firstfit; repeat or comma-separate to compare"),
-    limits: str = typer.Option("exact", "--limits", help="time limit = runtime x k: exact (1), x2 (2), random (U[1,5])"),
+    policy: list[str] = typer.Option(["gq"], "--policy", help="gq|easy|conservative|fifo|firstfit; repeat or comma-separate to compare"),
+    limits: str = typer.Option("exact", "--limits", help="time limit = runtime x k: exact (1), x2, x5, random (U[1,5]); or trace (its limit_s column)"),
     seed: int = typer.Option(0, "--seed", help="seed of random limits and the QOS mix"),
+    schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="CSV", help="write each job's start, end and nodes under each policy"),
     qos_mix: Optional[str] = typer.Option(None, "--qos-mix", help="QOS shares, e.g. pro=0.2,free=0.8 (default: all normal)"),
+    checkpoint_every: Optional[str] = typer.Option(None, "--checkpoint-every", metavar="DURATION", help="every job checkpoints this often (a preemption loses only the work since)"),
+    config_file: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="take gq's knobs ([scheduler], [qos.*]) from this gq.toml"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
 ) -> int:
     """Replay a trace on a simulated clock and report waits, slowdown, utilization and fairness."""
@@ -39,14 +43,26 @@ def sim(
     if nodes < 1 or gpus_per_node < 1:
         raise UsageError("--nodes and --gpus-per-node must be at least 1")
     names = replay.parse_policies(policy)
+    from gq.units import parse_duration
     opts = trace_mod.TraceOptions(vc=vc, limits=limits, seed=seed, gpus_per_node=gpus_per_node,
-                                  qos_mix=trace_mod.parse_qos_mix(qos_mix))
+                                  qos_mix=trace_mod.parse_qos_mix(qos_mix),
+                                  checkpoint_every_s=parse_duration(checkpoint_every)
+                                  if checkpoint_every else 0.0)
     try:
         jobs = trace_mod.load(trace, opts)
     except OSError as exc:
         raise UsageError(f"cannot read trace {trace}: {exc.strerror or exc}") from None
     cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node)
-    results = _run_all(jobs, cluster, names)
+    from gq import config
+    cfg = config.load(config_file) if config_file else None
+    runs = _run_all(jobs, cluster, names, cfg)
+    if schedule_out:
+        try:
+            replay.write_schedule(schedule_out, runs)
+        except OSError as exc:
+            raise UsageError(f"cannot write {schedule_out}: {exc.strerror or exc}") from None
+    from gq.sim.metrics import summarize
+    results = {name: summarize(result) for name, result in runs.items()}
     if as_json:
         render.emit_json(_document(trace, opts, cluster, len(jobs), results))
     else:
@@ -55,12 +71,13 @@ def sim(
     return 0
 
 
-def _run_all(jobs: list[TraceJob], cluster: Cluster, names: list[str]) -> dict[str, Metrics]:
-    from gq.sim.replay import replay
+def _run_all(jobs: list[TraceJob], cluster: Cluster, names: list[str],
+             cfg: Config | None) -> dict[str, SimResult]:
+    from gq.sim.replay import run
     results = {}
     with _progress(len(jobs)) as start_bar:
         for name in names:
-            results[name] = replay(jobs, cluster, name, start_bar(name))
+            results[name] = run(jobs, cluster, name, start_bar(name), cfg)
     return results
 
 
@@ -83,8 +100,9 @@ def _describe(path: str, opts: TraceOptions, cluster: Cluster, jobs: int) -> str
     from gq.sim.trace import DEFAULT_QOS, describe_limits
     where = f" vc {opts.vc}" if opts.vc else ""
     mix = ",".join(f"{n}={s:g}" for n, s in opts.qos_mix) or f"all {DEFAULT_QOS}"
+    ckpt = f"; checkpoints every {opts.checkpoint_every_s:g} s" if opts.checkpoint_every_s else ""
     return (f"# {path}{where}: {jobs} jobs on {cluster.nodes} x {cluster.gpus_per_node} GPUs; "
-            f"{describe_limits(opts)}; QOS {mix}; times in hours")
+            f"{describe_limits(opts)}; QOS {mix}{ckpt}; times in hours")
 
 
 def _h(seconds: float) -> str:
@@ -103,12 +121,20 @@ def _rows(results: dict[str, Metrics]) -> tuple[list[str], list[list[Any]]]:
                         ("wait >=8-GPU", lambda m: m.wait_big)):
         for stat in ("avg", "p50", "p95", "p99", "max"):
             rows.append([f"{label} {stat}", *(_h(getattr(pick(m), stat)) for m in ms)])
+    qos = sorted({q for m in ms for q in m.wait_by_qos}) if any(
+        len(m.wait_by_qos) > 1 for m in ms) else []
+    for q in qos:
+        for stat in ("avg", "p99", "max"):
+            rows.append([f"wait {q} {stat}",
+                         *(_h(getattr(m.wait_by_qos[q], stat)) if q in m.wait_by_qos else "-"
+                           for m in ms)])
+    from gq.cli.accounting import gpu_hours
     rows += [
         ["avg JCT", *(_h(m.avg_jct_s) for m in ms)],
         ["avg bounded slowdown", *(f"{m.avg_bounded_slowdown:.2f}" for m in ms)],
         ["Jain fairness", *(f"{m.jain:.3f} ({m.jain_groups} {m.jain_over})" for m in ms)],
         ["preemptions", *(m.preemptions for m in ms)],
-        ["lost GPU-hours", *(f"{m.lost_gpu_h:.1f}" for m in ms)],
+        ["lost GPU-hours", *(f"{gpu_hours(m.lost_gpu_h)} ({m.lost_share:.1%})" for m in ms)],
     ]
     if any(m.unfinished or m.rejected for m in ms):
         rows += [["unfinished", *(m.unfinished for m in ms)], ["rejected", *(m.rejected for m in ms)]]
@@ -122,5 +148,5 @@ def _document(path: str, opts: TraceOptions, cluster: Cluster, jobs: int,
     return {"schema_version": render.JSON_SCHEMA_VERSION, "trace": path, "vc": opts.vc,
             "jobs": jobs, "nodes": cluster.nodes, "gpus_per_node": cluster.gpus_per_node,
             "limits": opts.limits, "limits_model": describe_limits(opts), "seed": opts.seed,
-            "qos_mix": dict(opts.qos_mix),
+            "qos_mix": dict(opts.qos_mix), "checkpoint_every_s": opts.checkpoint_every_s,
             "results": [{"policy": name, **m.to_json()} for name, m in results.items()]}

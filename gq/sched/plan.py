@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from functools import cached_property
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from gq.defaults import BIG_JOB_GPUS
 from gq.model import Gpu
-from gq.sched import placement
+from gq.sched import placement, share
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
-from gq.sched.queue import SizeKey
-from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, Snapshot,
-                             Start)
+from gq.sched.types import (PendingJob, Plan, Policy, Preempt, Reservation, Shape, SizeKey,
+                             Snapshot, Start)
 
 #: Pending reasons, Slurm's names.
 RESOURCES = "Resources"
@@ -28,8 +29,8 @@ PRIORITY = "Priority"
 NEVER_FITS = "ReqNodeNotAvail"
 #: Most reservations one pass makes, whatever the ages, so a pass stays cheap on a long queue.
 MAX_RESERVATIONS = 32
-#: A reservation this close (seconds) is left to come rather than preempting for it.
-IMMINENT_S = 60.0
+#: Most jobs of a QOS under its guaranteed share a pass takes ahead of the others.
+MAX_SHARE_JOBS = 64
 
 
 class _Pass:
@@ -113,11 +114,11 @@ class _Pass:
             if rest is None:
                 assert self.state.queue is not None
                 rest = [k[-1] for k in self.state.queue.by_size if k[2] not in self.considered]
-            for *_, job in sorted(self._keyed(rest)):
-                self.consider(job, may_reserve=False)
+            for *_, first in sorted(self._keyed(rest)):
+                self.consider(first, may_reserve=False)
             return
         fits = _FitsNow(self.profile.room_now())
-        aged_before = self.now - self.policy.reserve_age_s
+        aged = self.policy.aged_test(self.now)
         # (Only preemptors with jobs in the queue: most passes have none, and then the jobs
         # left once nothing is free need no second look.)
         preempts = self.policy.preemptors & self.queued_qos
@@ -126,7 +127,7 @@ class _Pass:
         def looked_at(j: PendingJob) -> bool:
             # Could start now, or aged (_needs_work(job, False): an aged job may reserve while
             # GPUs are free), or may preempt.
-            return fits[j.shape] or j.submit_time <= aged_before or j.qos in preempts
+            return fits[j.shape] or aged(j) or j.qos in preempts
 
         backlog = _Backlog(self, rest, self.state.queue.by_size if self.state.queue else None,
                            looked_at)
@@ -142,7 +143,7 @@ class _Pass:
         # looked at anyway), in the same order: nothing is re-sorted.
         full = len(self.result.reservations) >= MAX_RESERVATIONS
         backlog.narrow(lambda j: j.share or not j.gpus or j.qos in preempts or (
-            reserving and j.submit_time <= aged_before and not full))
+            reserving and aged(j) and not full))
         # Nothing is free from here on (else the backlog would have been taken to its end).
         # In order while reservations are left to make (ranking only the ties reached)...
         while len(self.result.reservations) < MAX_RESERVATIONS \
@@ -186,7 +187,7 @@ class _Pass:
         """The reason of a job the pass left out, behind the blocked ones: see Plan.reason."""
         return NEVER_FITS if self._never_fits(job, job.shape) else PRIORITY
 
-    def _keyed(self, jobs: list[PendingJob]) -> list[tuple[object, ...]]:
+    def _keyed(self, jobs: list[PendingJob]) -> list[_Keyed]:
         """Sort keys of the backfill order, each ending with its job (ids are unique, so a
         comparison never reaches the job itself)."""
         tier, prios = self.policy.qos_priority, self.rank(jobs)
@@ -223,13 +224,21 @@ class _Pass:
         return self.policy.explain or self.gpuless
 
     def _aged(self, job: PendingJob) -> bool:
-        return self.now - job.submit_time >= self.policy.reserve_age_s
+        return self._is_aged(job)
+
+    @cached_property
+    def _is_aged(self) -> Callable[[PendingJob], bool]:
+        return self.policy.aged_test(self.now)
 
     def _needs_work(self, job: PendingJob, may_reserve: bool) -> bool:
         """Whether a job must be looked at although no GPU is free: to reserve it for display,
         or because it may preempt."""
         return (self.reserving and (may_reserve or self._aged(job))) \
             or job.qos in self.policy.preemptors
+
+
+#: A backfill sort key ending with its job: (-tier, area, -priority, id, job).
+_Keyed = tuple[int, float, int, int, PendingJob]
 
 
 class _Backlog:
@@ -242,20 +251,23 @@ class _Backlog:
     `rest`) are skipped there."""
 
     def __init__(self, run: _Pass, rest: list[PendingJob] | None,
-                 by_size: list[SizeKey] | None,
+                 by_size: Sequence[SizeKey] | None,
                  looked_at: Callable[[PendingJob], bool]) -> None:
         self.run, self.looked_at = run, looked_at
         self.ties: list[PendingJob] = []  # a run of equal (tier, area), best last
+        #: Without the caller's keys, a heap of the jobs' (also `keys`).
+        self.heap: list[SizeKey] = []
         if rest is None:
             assert by_size is not None
-            self.keys, self.at, self.sorted = by_size, 0, True
+            self.keys: Sequence[SizeKey] = by_size
+            self.at, self.sorted = 0, True
             self.skip = run.considered
         else:
             # queue.size_key, written out (a call per job costs as much as the rest of the key).
             tier = run.policy.qos_priority
-            self.keys = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest if looked_at(j)]
-            heapq.heapify(self.keys)
-            self.sorted = False
+            self.heap = [(-tier.get(j.qos, 0), j.area, j.id, j) for j in rest if looked_at(j)]
+            heapq.heapify(self.heap)
+            self.keys, self.sorted = self.heap, False
 
     def next(self) -> PendingJob | None:
         if self.ties:
@@ -268,7 +280,8 @@ class _Backlog:
             return first[-1]
         run = [first]
         while (following := self._peek()) is not None and following[:2] == first[:2]:
-            run.append(self._take())
+            run.append(following)
+            self._take()
         # The priority that breaks a tie is computed only for jobs that tie.
         self.ties.extend(key[-1] for key in sorted(self.run._keyed([key[-1] for key in run]),
                                                    reverse=True))
@@ -289,8 +302,9 @@ class _Backlog:
         self.looked_at = looked_at
         self.ties = [j for j in self.ties if looked_at(j)]
         if not self.sorted:
-            self.keys = [k for k in self.keys if looked_at(k[-1])]
-            heapq.heapify(self.keys)
+            self.heap = [k for k in self.heap if looked_at(k[-1])]
+            heapq.heapify(self.heap)
+            self.keys = self.heap
 
     def left(self) -> list[PendingJob]:
         """The jobs not taken yet, in no particular order, and, walking the caller's keys, also
@@ -313,7 +327,7 @@ class _Backlog:
 
     def _take(self) -> SizeKey | None:
         if not self.sorted:
-            return heapq.heappop(self.keys) if self.keys else None
+            return heapq.heappop(self.heap) if self.heap else None
         key = self._peek()
         if key is not None:
             self.at += 1
@@ -342,20 +356,78 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
         run.result.behind = run.behind
     ranked = Ranking(state.pending, now, policy, run.rank, state.queue)
     run.queued_qos, run.sharing, run.gpuless = ranked.qos, ranked.sharing, ranked.gpuless
+    # QOS under their guaranteed share first, up to it; their blocked jobs hold reservations
+    # of their own, apart from reserve_depth.
+    claimed = _claim_shares(run, ranked.qos) if policy.min_share else 0
     # In priority order until `reserve_depth` jobs are blocked: those hold reservations, so
     # whatever the order of the rest, nothing can push them back (no starvation).
     rest: list[PendingJob] | None = []
     while (job := ranked.next()) is not None:
-        if len(run.blocked) >= policy.reserve_depth and policy.backfill_smallest_first:
+        if job.id in run.considered:
+            continue
+        if len(run.blocked) - claimed >= policy.reserve_depth and policy.backfill_smallest_first \
+                and not (policy.aged_in_order and run._aged(job)
+                         and len(run.result.reservations) < MAX_RESERVATIONS):
             # With the caller's size order, backfill walks it, skipping the jobs taken here.
-            rest = None if state.queue is not None else [job, *ranked.rest()]
+            rest = None if state.queue is not None else [
+                j for j in (job, *ranked.rest()) if j.id not in run.considered]
             break
         run.considered.add(job.id)
-        run.consider(job, may_reserve=len(run.blocked) < policy.reserve_depth)
+        run.consider(job, may_reserve=len(run.blocked) - claimed < policy.reserve_depth)
+    if policy.big_reserve_depth and _reserve_big(run) and rest:
+        rest = [j for j in rest if j.id not in run.considered]
     run.backfill(rest)
     if policy.preemptors:
         _preempt(state, now, policy, run)
     return run.result
+
+
+def _claim_shares(run: _Pass, pending_qos: set[str]) -> int:
+    """Consider the jobs of each QOS under its min_share first, in their order, until they
+    would fill it (gq/sched/share.py); the first of them that waits gets a reservation.
+    Returns how many are blocked (they hold their own reservations, apart from
+    reserve_depth)."""
+    state, policy = run.state, run.policy
+    for qos, room in share.claims(policy, state, pending_qos).items():
+        ranked = Ranking([j for j in state.pending if j.qos == qos], run.now, policy, run.rank)
+        reserved, taken = False, 0
+        while room > 0 and taken < MAX_SHARE_JOBS and (job := ranked.next()) is not None:
+            taken += 1
+            run.considered.add(job.id)
+            blocked = len(run.blocked)
+            run.consider(job, may_reserve=not reserved)
+            reserved |= len(run.blocked) > blocked
+            room -= job.nodes * job.gpus
+    return len(run.blocked)
+
+
+def _reserve_big(run: _Pass) -> bool:
+    """The first `big_reserve_depth` blocked jobs of BIG_JOB_GPUS or more, first come first, hold
+    reservations too, so that backfill cannot push them back however small jobs are ordered.
+    Returns whether it considered any job."""
+    if not (run.profile.any_free_now() or run.reserving):
+        return False
+    if run.state.queue is not None:
+        jobs: Iterable[PendingJob] = (k[-1] for k in run.state.queue.big_by_age)
+    else:
+        tier = run.policy.qos_priority
+        jobs = sorted((j for j in run.state.pending if j.nodes * j.gpus >= BIG_JOB_GPUS),
+                      key=lambda j: (-tier.get(j.qos, 0), j.submit_time, j.id))
+    found = looked = 0
+    for job in jobs:
+        if not (run.profile.any_free_now() or run.reserving) \
+                or len(run.result.reservations) >= MAX_RESERVATIONS:
+            break  # a reservation now could no longer change what starts in this pass
+        if job.id in run.considered:
+            found += job.id in run.result.reservations
+        else:
+            looked += 1
+            run.considered.add(job.id)
+            run.consider(job, may_reserve=True)
+            found += job.id in run.result.reservations
+        if found >= run.policy.big_reserve_depth:
+            break
+    return looked > 0
 
 
 def _reserve(profile: Profile, job: PendingJob) -> Reservation | None:
@@ -376,8 +448,9 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
         pool = policy.pools.get(job.qos, frozenset())
         if not (victim_qos or pool) or result.reasons.get(job.id) == NEVER_FITS:
             continue
+        # A reservation due within the QOS's preempt_after_s is waited for.
         reservation = result.reservations.get(job.id)
-        if reservation is not None and reservation.start - now <= IMMINENT_S:
+        if reservation is not None and reservation.start - now <= policy.after_s(job.qos):
             continue
         key = (job.shape, job.qos)
         if key in hopeless:
@@ -390,7 +463,8 @@ def _preempt(state: Snapshot, now: float, policy: Policy, run: _Pass) -> None:
         chosen = victims.choose(job, set(victim_qos), pool,
                                 (lambda name: profile.pool_rank(name, job) is not None)
                                 if policy.pools or job.allowed is not None
-                                else None)  # (without pools or a node set every node is usable)
+                                else None,  # (without pools or a node set every node is usable)
+                                policy.after_s(job.qos))
         if chosen:
             result.preemptions.extend(Preempt(victim=v, for_job=job.id) for v in chosen)
         else:

@@ -16,12 +16,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING
-
-from gq.sched.types import PendingJob, Policy
-
-if TYPE_CHECKING:
-    from gq.sched.queue import AgeKey, QueueIndex
+from gq.sched.types import AgeKey, PendingJob, Policy, QueueOrder
 
 #: The length an unlimited job counts as in its response ratio (seconds): a week.
 UNLIMITED_AS_S = 7 * 86400
@@ -79,10 +74,10 @@ def order(jobs: tuple[PendingJob, ...], now: float, policy: Policy,
     """Jobs with their priority, in the order a pass considers them (module docstring)."""
     prios = priorities(jobs, now, policy, usage)
     tier = policy.qos_priority
-    aged_before = now - policy.reserve_age_s
+    aged = policy.aged_test(now)
     # Sort plain tuples: tier, aged-first (oldest first), then priority. Ids are unique, so a
     # comparison never reaches the job itself, and no key function is needed.
-    keyed = [(-tier.get(j.qos, 0), 0, j.submit_time, j.id, p, j) if j.submit_time <= aged_before
+    keyed = [(-tier.get(j.qos, 0), 0, j.submit_time, j.id, p, j) if aged(j)
              else (-tier.get(j.qos, 0), 1, -p, j.submit_time, j.id, p, j)
              for p, j in zip(prios, jobs)]
     keyed.sort()
@@ -102,15 +97,15 @@ class Ranking:
     blocked); the rest are backfilled in an order of their own. Aged jobs go oldest first, so a
     tier's younger jobs are ranked by priority only once the pass reaches them. Priorities
     come from `rank`, which returns a mapping from job id to priority that covers the jobs given.
-    With a QueueIndex (the same jobs, kept sorted by the caller) nothing is sorted here and a
+    With a QueueOrder (the same jobs, kept sorted by the caller) nothing is sorted here and a
     tier's younger jobs are not even listed until they are reached.
     """
 
     def __init__(self, jobs: Sequence[PendingJob], now: float, policy: Policy,
                  rank: Callable[[list[PendingJob]], Mapping[int, int]],
-                 index: QueueIndex | None = None) -> None:
+                 index: QueueOrder | None = None) -> None:
         self.rank = rank
-        aged_before = now - policy.reserve_age_s
+        aged = policy.aged_test(now)
         #: Per tier, highest first: its aged jobs (oldest first), then its young ones (ranked
         #: when reached; until then a function that lists them).
         self.parts: list[list[PendingJob] | Callable[[], list[PendingJob]]] = []
@@ -118,7 +113,7 @@ class Ranking:
             #: The QOS of the jobs, and whether any of them shares GPUs, or needs none.
             self.qos, self.sharing = set(index.qos), index.sharing > 0
             self.gpuless = index.gpuless > 0
-            self._split(index.by_age, aged_before)
+            self._split(index.by_age, policy.aged_bounds(now), aged)
         else:
             self.qos, self.sharing = set(map(_qos, jobs)), any(map(_share, jobs))
             self.gpuless = not all(map(_gpus, jobs))
@@ -126,21 +121,26 @@ class Ranking:
             tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
             for t in tiers:
                 members = jobs if len(tiers) == 1 else [j for j in jobs if tier.get(j.qos, 0) == t]
-                aged = [j for j in members if j.submit_time <= aged_before]
-                aged.sort(key=_by_age)
-                young = [j for j in members if j.submit_time > aged_before]
-                self.parts += [aged, functools.partial(list, young)]
+                old = [j for j in members if aged(j)]
+                old.sort(key=_by_age)
+                young = [j for j in members if not aged(j)]
+                self.parts += [old, functools.partial(list, young)]
         self.part, self.at = 0, 0
 
-    def _split(self, by_age: list[AgeKey], aged_before: float) -> None:
-        """Parts from keys sorted by (-tier, submit time, id): each tier a run, aged jobs first."""
+    def _split(self, by_age: Sequence[AgeKey], bounds: tuple[float, float],
+               aged: Callable[[PendingJob], bool]) -> None:
+        """Parts from keys sorted by (-tier, submit time, id): each tier a run, aged jobs first.
+        Jobs submitted by the first bound are all aged, after the second none; between them
+        (when big jobs age sooner) `aged` tells, and the run stays in age order."""
         lo = 0
         while lo < len(by_age):
             tier = by_age[lo][0]
             hi = bisect_right(by_age, (tier, math.inf), lo)
-            mid = bisect_right(by_age, (tier, aged_before, math.inf), lo, hi)
-            self.parts += [[k[-1] for k in by_age[lo:mid]],
-                           functools.partial(_jobs_of, by_age, mid, hi)]
+            mid = bisect_right(by_age, (tier, bounds[0], math.inf), lo, hi)
+            end = bisect_right(by_age, (tier, bounds[1], math.inf), mid, hi)
+            between = [k[-1] for k in by_age[mid:end]]
+            self.parts += [[k[-1] for k in by_age[lo:mid]] + [j for j in between if aged(j)],
+                           functools.partial(_young, between, aged, by_age, end, hi)]
             lo = hi
 
     def next(self) -> PendingJob | None:
@@ -173,8 +173,9 @@ class Ranking:
         return part
 
 
-def _jobs_of(keys: list[AgeKey], lo: int, hi: int) -> list[PendingJob]:
-    return [k[-1] for k in keys[lo:hi]]
+def _young(between: list[PendingJob], aged: Callable[[PendingJob], bool],
+           keys: Sequence[AgeKey], lo: int, hi: int) -> list[PendingJob]:
+    return [j for j in between if not aged(j)] + [k[-1] for k in keys[lo:hi]]
 
 
 def _fast_priorities(jobs: Sequence[PendingJob], now: float, policy: Policy) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -76,7 +77,7 @@ class NodeProfile:
 
 
 class Profile:
-    def __init__(self, nodes: tuple[NodeView, ...], running: tuple[RunningJob, ...], now: float,
+    def __init__(self, nodes: tuple[NodeView, ...], running: Sequence[RunningJob], now: float,
                  owner: dict[str, str] | None = None, closed: set[str] | None = None):
         self.now = now
         #: Node -> the QOS whose pool it is in; the owners whose pools are not lent out now.
@@ -206,7 +207,7 @@ class Profile:
         key = (job.gpu_type, job.gpu_mem)
         firsts = node.firsts.get(key)
         if firsts is None:
-            firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, ()), self.now)
+            firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, []), self.now)
                                                for g in matching)
         return firsts[job.gpus - 1] if job.gpus else self.now
 

@@ -14,12 +14,10 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable
 
-from gq.sched.types import PendingJob, Policy
+from gq.defaults import BIG_JOB_GPUS
+from gq.sched.types import AgeKey, PendingJob, Policy, SizeKey
 
-#: (-QOS tier, GPUs x limit, id, job): backfill order before priority breaks a tie.
-SizeKey = tuple[int, float, int, PendingJob]
-#: (-QOS tier, submit time, id, job): the order aged jobs are taken in.
-AgeKey = tuple[int, float, int, PendingJob]
+__all__ = ["AgeKey", "QueueIndex", "SizeKey", "age_key", "size_key"]
 
 
 def size_key(job: PendingJob, policy: Policy) -> SizeKey:
@@ -33,12 +31,15 @@ def age_key(job: PendingJob, policy: Policy) -> AgeKey:
 
 class QueueIndex:
     """Sorted keys of the pending jobs, and what a pass asks of the whole queue (its QOS, whether
-    any job shares GPUs). The lists are read by plan() during a pass and must not change then."""
+    any job shares GPUs): a `types.QueueOrder`. The lists are read by plan() during a pass and
+    must not change then."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.by_size: list[SizeKey] = []
         self.by_age: list[AgeKey] = []
+        #: The big jobs' (BIG_JOB_GPUS or more) keys of `by_age`: Policy.big_reserve_depth walks them.
+        self.big_by_age: list[AgeKey] = []
         #: QOS -> pending jobs of it.
         self.qos: Counter[str] = Counter()
         #: Pending jobs that share GPUs, and that need none.
@@ -53,6 +54,8 @@ class QueueIndex:
         self._jobs[job.id] = job
         insort(self.by_size, size_key(job, self.policy))
         insort(self.by_age, age_key(job, self.policy))
+        if _big(job):
+            insort(self.big_by_age, age_key(job, self.policy))
         self.qos[job.qos] += 1
         self.sharing += job.share
         self.gpuless += not job.gpus
@@ -67,8 +70,8 @@ class QueueIndex:
         new = [job for job in jobs if held.get(job.id) is not job]
         # Ids are unique: when every job is held as it is and as many are held, none left (the
         # usual pass, which then builds no set). A job held as another object leaves and enters.
-        gone = held.keys() - {job.id for job in jobs} if new or len(held) != len(jobs) else ()
-        gone = [*gone, *(job.id for job in new if job.id in held)]
+        left = held.keys() - {job.id for job in jobs} if new or len(held) != len(jobs) else ()
+        gone = [*left, *(job.id for job in new if job.id in held)]
         if len(gone) + len(new) <= len(jobs) // 8 + 16:
             for job_id in gone:
                 self.remove(job_id)
@@ -79,6 +82,7 @@ class QueueIndex:
         self._jobs = want = {job.id: job for job in jobs}
         self.by_size = sorted([size_key(j, self.policy) for j in want.values()])
         self.by_age = sorted([age_key(j, self.policy) for j in want.values()])
+        self.big_by_age = [k for k in self.by_age if _big(k[-1])]
         self.qos = Counter(j.qos for j in want.values())
         self.sharing = sum(j.share for j in want.values())
         self.gpuless = sum(not j.gpus for j in want.values())
@@ -87,9 +91,15 @@ class QueueIndex:
         job = self._jobs.pop(job_id)
         del self.by_size[bisect_left(self.by_size, size_key(job, self.policy))]
         del self.by_age[bisect_left(self.by_age, age_key(job, self.policy))]
+        if _big(job):
+            del self.big_by_age[bisect_left(self.big_by_age, age_key(job, self.policy))]
         self.qos[job.qos] -= 1
         if not self.qos[job.qos]:
             del self.qos[job.qos]
         self.sharing -= job.share
         self.gpuless -= not job.gpus
         return job
+
+
+def _big(job: PendingJob) -> bool:
+    return job.nodes * job.gpus >= BIG_JOB_GPUS

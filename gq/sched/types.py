@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
+from gq.defaults import BIG_JOB_GPUS, EXEMPT_LIMIT_SHARE, PREEMPT_AFTER_S
 from gq.model import Gpu
-
-if TYPE_CHECKING:
-    from gq.sched.queue import QueueIndex
 
 #: Node name -> GPU indices on it, in node rank order.
 Alloc = dict[str, tuple[int, ...]]
@@ -98,23 +96,62 @@ class RunningJob:
     #: Being stopped (cancelled or preempted): never chosen again, and its GPUs are as good
     #: as free for planning.
     ending: bool = False
+    #: When it last saved its progress (a checkpoint it reported), if it did: a preemption
+    #: throws away only the work done since.
+    checkpoint_time: float | None = None
 
     @property
     def end_estimate(self) -> float:
         return self.start_time + self.time_limit_s if self.time_limit_s else math.inf
 
 
+#: (-QOS tier, GPUs x limit, id, job): backfill order before priority breaks a tie.
+SizeKey = tuple[int, float, int, "PendingJob"]
+#: (-QOS tier, submit time, id, job): the order aged jobs are taken in.
+AgeKey = tuple[int, float, int, "PendingJob"]
+
+
+class QueueOrder(Protocol):
+    """The pending jobs kept in the orders a pass takes them, by a caller that sees them come
+    and go (gq/sched/queue.py's QueueIndex), so that a pass need not sort the queue. A pass
+    only reads it; the caller must not change it during one."""
+
+    @property
+    def by_size(self) -> Sequence[SizeKey]: ...
+
+    @property
+    def by_age(self) -> Sequence[AgeKey]: ...
+
+    @property
+    def big_by_age(self) -> Sequence[AgeKey]:
+        """The keys of `by_age` of the jobs of BIG_JOB_GPUS or more."""
+
+    @property
+    def qos(self) -> Mapping[str, int]:
+        """QOS -> pending jobs of it."""
+
+    @property
+    def sharing(self) -> int:
+        """Pending jobs that share GPUs."""
+
+    @property
+    def gpuless(self) -> int:
+        """Pending jobs that need no GPU."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[NodeView, ...]
-    pending: tuple[PendingJob, ...]
-    running: tuple[RunningJob, ...] = ()
+    #: (Sequences that do not change during the pass: gqd hands tuples; the simulator views
+    #: of its own collections that it copies only if someone holds them when they change.)
+    pending: Sequence[PendingJob]
+    running: Sequence[RunningJob] = ()
     #: Decayed GPU-seconds used per user, for fair share (the caller keeps the decay).
     usage: dict[str, float] = field(default_factory=dict)
     #: Optional: the pending jobs kept in order by a caller that sees them come and go (the
     #: simulator; gqd syncs one each pass), so that a pass need not order the queue
     #: (gq/sched/queue.py). It must hold exactly `pending`, under the same policy.
-    queue: QueueIndex | None = None
+    queue: QueueOrder | None = None
 
 
 @dataclass(frozen=True)
@@ -132,13 +169,32 @@ class Policy:
     #: How many blocked jobs (in order) get a reservation; chosen by simulation (SCHEDULING.md).
     reserve_depth: int = 1
     #: Jobs waiting longer than this go first and always get a reservation (seconds).
-    reserve_age_s: int = 48 * 3600
+    reserve_age_s: int = 96 * 3600
+    #: The same for big jobs (BIG_JOB_GPUS or more), if set (0: reserve_age_s): they wait
+    #: longest for room, so they may need to come first sooner.
+    reserve_age_big_s: int = 0
+    #: How many blocked big jobs (BIG_JOB_GPUS or more), first come first, get a reservation
+    #: besides, so that however small jobs are ordered they cannot push those back.
+    big_reserve_depth: int = 4
+    #: Aged jobs are all taken in their order (oldest first), each blocked one reserving, before
+    #: the younger ones are backfilled smallest first.
+    aged_in_order: bool = False
     #: Jobs behind the reserved ones are tried smallest first (GPUs x limit), not by priority.
     backfill_smallest_first: bool = True
     #: QOS -> the QOS it may preempt.
     preempts: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: A job started less than this long ago is not preempted (seconds).
+    #: A job started less than this long ago is not preempted (seconds), nor one that has run
+    #: less than EXEMPT_LIMIT_SHARE of its limit: a 2-minute inference job may be preempted
+    #: after 30 s, a training job after this long. `qos_exempt_s` overrides it per QOS.
     preempt_exempt_s: int = 600
+    qos_exempt_s: dict[str, int] = field(default_factory=dict)
+    #: QOS -> seconds a blocked job of it waits rather than preempt: it preempts only when its
+    #: reservation is further off, and never a job that ends (by its limit) sooner
+    #: (PREEMPT_AFTER_S when not given).
+    preempt_after_s: dict[str, float] = field(default_factory=dict)
+    #: QOS -> the share of the GPUs its pending work may always claim: while it holds less, its
+    #: jobs go first, and its jobs within that share are never preempted.
+    min_share: dict[str, float] = field(default_factory=dict)
     #: QOS -> the nodes it owns (its guaranteed pool). Jobs of other QOS may borrow them while
     #: no job of the owner waits, and are preempted when one needs them back.
     pools: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -152,6 +208,29 @@ class Policy:
     def preemptors(self) -> frozenset[str]:
         """QOS whose blocked jobs may preempt: those with victims, and pool owners."""
         return frozenset(self.preempts) | frozenset(self.pools)
+
+    def aged_test(self, now: float) -> Callable[[PendingJob], bool]:
+        """Whether a job has waited its `reserve_age_s` (or `reserve_age_big_s`) at `now`."""
+        small_before = now - self.reserve_age_s
+        if not self.reserve_age_big_s:
+            return lambda j: j.submit_time <= small_before
+        big_before = now - self.reserve_age_big_s
+        return lambda j: j.submit_time <= (big_before if j.nodes * j.gpus >= BIG_JOB_GPUS
+                                           else small_before)
+
+    def aged_bounds(self, now: float) -> tuple[float, float]:
+        """Submit times at or before which every job is aged, and some (of one size) are."""
+        cuts = (now - self.reserve_age_s, now - (self.reserve_age_big_s or self.reserve_age_s))
+        return min(cuts), max(cuts)
+
+    def exempt_s(self, qos: str, limit_s: int) -> float:
+        """How long a job of `qos` with this limit runs before it may be preempted."""
+        base = self.qos_exempt_s.get(qos, self.preempt_exempt_s)
+        return min(base, limit_s * EXEMPT_LIMIT_SHARE) if limit_s else base
+
+    def after_s(self, qos: str) -> float:
+        """How long a blocked job of `qos` waits rather than preempt (see `preempt_after_s`)."""
+        return self.preempt_after_s.get(qos, PREEMPT_AFTER_S)
 
     @cached_property
     def owner(self) -> dict[str, str]:

@@ -1,223 +1,107 @@
-"""Baseline policies to compare gq's scheduler against: strict FIFO, greedy first fit, EASY backfill.
+"""Baseline policies to compare gq's scheduler against: strict FIFO, greedy first fit, EASY
+backfill and conservative backfill, as the batch-scheduling literature defines them.
 
 Each has plan()'s signature and is written independently of gq.sched's code, so a bug there cannot
-flatter gq here. All take jobs in submit order (FCFS, ignoring QOS) and place first fit: nodes in
-name order, lowest free GPUs first; a multi-node job takes one node per rank with all its GPUs
-free. GPU type and VRAM filters are ignored: simulated jobs never set them.
+flatter gq here. All take jobs first come first served (ignoring QOS) and place best fit: the
+node with the fewest free GPUs that still holds a rank, ties to the node first in name order; a
+multi-node job takes the best-fitting nodes the same way (with whole-node ranks: the idle nodes
+first in name order). GPU type and VRAM filters are ignored: simulated jobs never set them.
+They agree job by job with an independent reference simulator (docs/SCHEDULING.md).
+
+A baseline made by `BASELINES[name]()` keeps its queue indexed by shape (gq/sim/fcfs.py) as the
+engine adds and removes jobs, so a pass costs what it starts, not the queue's length; called on
+a snapshot it was not fed with (the module-level functions), it indexes that snapshot's queue.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from operator import attrgetter
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from gq.sched.types import Alloc, PendingJob, Plan, Policy, Reservation, Snapshot, Start
+from gq.sched.types import PendingJob, Plan, Policy, Snapshot
+from gq.sim.bestfit import Kept, Nodes, PassFn, fits, start
+from gq.sim.conservative import conservative_pass
+from gq.sim.easy import easy_pass
+from gq.sim.fcfs import FcfsIndex
 
-#: Pending reasons, Slurm's names.
-RESOURCES = "Resources"
-PRIORITY = "Priority"
-NEVER_FITS = "ReqNodeNotAvail"
 
-#: A job's shape: (nodes, GPUs per node).
-Shape = tuple[int, int]
-#: A GPU of the cluster: (node name, GPU index).
-GpuRef = tuple[str, int]
+def fifo_pass(state: Snapshot, now: float, policy: Policy, kept: Kept) -> Plan:
+    """Strict FCFS: the first job that cannot start blocks all behind it."""
+    nodes, plan, queue = Nodes(state, kept.nodes), Plan(), kept.queue
+    while (job := queue.oldest()) is not None:
+        where = nodes.best_fit((job.nodes, job.gpus))
+        if where is None:
+            break
+        start(plan, nodes, queue, job, where, now)
+    return plan
+
+
+def firstfit_pass(state: Snapshot, now: float, policy: Policy, kept: Kept) -> Plan:
+    """Greedy: every job that fits now starts, in submit order. Big jobs can starve."""
+    nodes, plan, queue = Nodes(state, kept.nodes), Plan(), kept.queue
+    while True:
+        room = nodes.room()
+        # The oldest job that fits is the oldest of the shapes' oldest that fit.
+        heads = [q.oldest() for shape, q in queue.queues().items() if fits(room, shape)]
+        job = min((j for j in heads if j is not None), key=_fcfs, default=None)
+        if job is None:
+            return plan
+        where = nodes.best_fit((job.nodes, job.gpus))
+        assert where is not None
+        start(plan, nodes, queue, job, where, now)
+
+
+def _fcfs(job: PendingJob) -> tuple[float, int]:
+    return job.submit_time, job.id
 
 
 @dataclass
-class Free:
-    """The working copy of free GPUs during one pass, nodes in name order."""
+class Baseline:
+    """A baseline's pass with its queue kept by the engine (`add`, `remove`: the engine's
+    QueueWatcher). A pass takes the jobs it starts off the queue at once; the engine's remove
+    of them then only confirms it."""
 
-    gpus: dict[str, list[int]]
-    #: GPUs per node, to tell whether a shape could ever fit.
-    size: dict[str, int]
-    #: Shapes that cannot start in the rest of this pass, with the reason. Free GPUs only shrink
-    #: during a pass, so a shape that failed once fails again: a long queue of big jobs behind a
-    #: full cluster costs one scan per shape, not one per job.
-    dead: dict[Shape, str] = field(default_factory=dict)
+    run: PassFn
 
-    @classmethod
-    def of(cls, state: Snapshot) -> Free:
-        nodes = sorted((n for n in state.nodes if n.schedulable), key=lambda n: n.name)
-        return cls(gpus={n.name: sorted(n.free) for n in nodes},
-                   size={n.name: len(n.gpus) for n in nodes})
+    def __post_init__(self) -> None:
+        self.kept = Kept()
+        self.fed = False
+        self.started: set[int] = set()
 
-    def first_fit(self, job: PendingJob, avoid: frozenset[GpuRef] = frozenset()) -> Alloc | None:
-        """GPUs for every rank of `job` on distinct nodes, skipping the `avoid` GPUs."""
-        alloc: Alloc = {}
-        for name, free in self.gpus.items():
-            if len(free) < job.gpus:
-                continue
-            usable = [g for g in free if (name, g) not in avoid] if avoid else free
-            if len(usable) >= job.gpus:
-                alloc[name] = tuple(usable[:job.gpus])
-                if len(alloc) == job.nodes:
-                    return alloc
-        return None
+    def add(self, job: PendingJob) -> None:
+        self.fed = True
+        self.kept.queue.add(job)
 
-    def take(self, alloc: Alloc) -> None:
-        for name, gpus in alloc.items():
-            self.gpus[name] = [g for g in self.gpus[name] if g not in gpus]
-
-    def never_fits(self, shapes: set[Shape]) -> None:
-        """Mark the shapes no node set could ever hold: they wait forever, whatever is free."""
-        for nodes, gpus in shapes:
-            if sum(size >= gpus for size in self.size.values()) < nodes:
-                self.dead[(nodes, gpus)] = NEVER_FITS
-
-    def stuck(self, shapes: set[Shape]) -> bool:
-        return len(self.dead) >= len(shapes)
-
-
-def fcfs(state: Snapshot) -> list[PendingJob]:
-    return sorted(state.pending, key=attrgetter("submit_time", "id"))
-
-
-def shape(job: PendingJob) -> Shape:
-    return (job.nodes, job.gpus)
-
-
-def job_end(job: PendingJob, now: float) -> float:
-    """When the scheduler must assume the job ends: its limit, or never without one."""
-    return now + job.time_limit_s if job.time_limit_s else math.inf
-
-
-def wait_rest(result: Plan, queue: Sequence[PendingJob], reason: str) -> None:
-    """Give every job not yet looked at the same reason, without a Python-level loop over them."""
-    result.reasons.update(dict.fromkeys(map(attrgetter("id"), queue), reason))
-
-
-def start(result: Plan, free: Free, job: PendingJob, alloc: Alloc) -> None:
-    free.take(alloc)
-    result.starts.append(Start(job.id, alloc))
-
-
-def setup(state: Snapshot) -> tuple[Free, list[PendingJob], set[Shape]]:
-    free, queue = Free.of(state), fcfs(state)
-    shapes = set(map(attrgetter("nodes", "gpus"), queue))
-    free.never_fits(shapes)
-    return free, queue, shapes
-
-
-def fifo(state: Snapshot, now: float, policy: Policy) -> Plan:
-    """Strict FCFS: start jobs in submit order; the first that cannot start blocks all behind it."""
-    (free, queue, _), result = setup(state), Plan()
-    for i, job in enumerate(queue):
-        if shape(job) in free.dead:  # only never-fitting shapes: they must not block the queue
-            result.reasons[job.id] = NEVER_FITS
-            continue
-        alloc = free.first_fit(job)
-        if alloc is None:
-            result.reasons[job.id] = RESOURCES
-            wait_rest(result, queue[i + 1:], PRIORITY)
-            break
-        start(result, free, job, alloc)
-    return result
-
-
-def firstfit(state: Snapshot, now: float, policy: Policy) -> Plan:
-    """Greedy: start every job that fits now, in submit order. Big jobs can starve."""
-    (free, queue, shapes), result = setup(state), Plan()
-    for i, job in enumerate(queue):
-        key = shape(job)
-        alloc = None if key in free.dead else free.first_fit(job)
-        if alloc is not None:
-            start(result, free, job, alloc)
-            continue
-        result.reasons[job.id] = free.dead.setdefault(key, RESOURCES)
-        if free.stuck(shapes):
-            wait_rest(result, queue[i + 1:], RESOURCES)
-            break
-    return result
-
-
-def free_times(state: Snapshot, now: float) -> dict[str, dict[int, float]]:
-    """Per node, per GPU: when it is free, from running jobs' start + limit (never without one)."""
-    times = {n.name: {g.index: now for g in n.gpus} for n in state.nodes if n.schedulable}
-    for run in state.running:
-        for name, gpus in run.alloc.items():
-            if name in times:
-                for g in gpus:
-                    times[name][g] = max(now, run.end_estimate)
-    return times
-
-
-def earliest(times: dict[str, dict[int, float]], job: PendingJob) -> Reservation:
-    """The earliest time `job` fits on specific GPUs, placing first fit at that time.
-
-    A node can hold a rank once its `gpus`-th GPU frees, and the job can start once `nodes`
-    such nodes are ready: O(nodes x GPUs) per pass, rather than trying every end time."""
-    ready: dict[str, list[tuple[float, int]]] = {}
-    for name in sorted(times):
-        soonest = sorted((t, g) for g, t in times[name].items())[:job.gpus]
-        if len(soonest) == job.gpus:
-            ready[name] = soonest
-    if len(ready) < job.nodes:
-        return Reservation(job_id=job.id, start=math.inf, alloc={})
-    at = sorted(r[-1][0] for r in ready.values())[job.nodes - 1]
-    alloc: Alloc = {}
-    for name, soonest in ready.items():
-        if soonest[-1][0] <= at and len(alloc) < job.nodes:
-            # The GPUs freed first, so the reservation leans on the surest ends.
-            alloc[name] = tuple(sorted(g for _, g in soonest))
-    return Reservation(job_id=job.id, start=at, alloc=alloc)
-
-
-@dataclass
-class Held:
-    """EASY's single reservation: for the first job that could not start."""
-
-    reservation: Reservation
-    gpus: frozenset[GpuRef]
-    #: Shapes that found no room outside the reserved GPUs (long jobs must stay outside).
-    dead_outside: set[Shape] = field(default_factory=set)
-
-
-def easy(state: Snapshot, now: float, policy: Policy) -> Plan:
-    """EASY backfill: FCFS until a job blocks; it alone gets a reservation, and a later job may
-    start now only if it ends (by its limit) before that reservation or keeps off its GPUs."""
-    (free, queue, shapes), result = setup(state), Plan()
-    times = free_times(state, now)
-    held: Held | None = None
-    for i, job in enumerate(queue):
-        if free.dead.get(shape(job)) == NEVER_FITS:
-            result.reasons[job.id] = NEVER_FITS
-            continue
-        alloc = _backfill(free, held, job, now)
-        if alloc is not None:
-            start(result, free, job, alloc)
-            for name, gpus in alloc.items():
-                times[name].update(dict.fromkeys(gpus, job_end(job, now)))
-            continue
-        if held is None:
-            reservation = earliest(times, job)
-            held = Held(reservation, frozenset((n, g) for n, gs in reservation.alloc.items() for g in gs))
-            result.reservations[job.id] = reservation
-            result.reasons[job.id] = RESOURCES
+    def remove(self, job_id: int) -> None:
+        if job_id in self.started:
+            self.started.discard(job_id)
         else:
-            result.reasons[job.id] = PRIORITY
-        if free.stuck(shapes):  # no shape fits even on the reserved GPUs: nothing more can start
-            wait_rest(result, queue[i + 1:], PRIORITY)
-            break
-    return result
+            self.kept.queue.remove(job_id)
+
+    def __call__(self, state: Snapshot, now: float, policy: Policy) -> Plan:
+        if not self.fed:
+            return self.run(state, now, policy, Kept(FcfsIndex(state.pending)))
+        assert len(self.kept.queue) == len(state.pending), "baseline queue out of step"
+        plan = self.run(state, now, policy, self.kept)
+        self.started.update(s.job_id for s in plan.starts)
+        return plan
 
 
-def _backfill(free: Free, held: Held | None, job: PendingJob, now: float) -> Alloc | None:
-    """Where the job may start now under EASY's rule, or None; remembers shapes that failed."""
-    key = shape(job)
-    if held is None or job_end(job, now) <= held.reservation.start:
-        alloc = None if key in free.dead else free.first_fit(job)
-        if alloc is None:
-            free.dead[key] = RESOURCES
-        return alloc
-    if key in free.dead or key in held.dead_outside:
-        return None
-    alloc = free.first_fit(job, avoid=held.gpus)
-    if alloc is None:
-        held.dead_outside.add(key)
-    return alloc
+def _unfed(run: PassFn) -> Callable[[Snapshot, float, Policy], Plan]:
+    def policy(state: Snapshot, now: float, policy: Policy) -> Plan:
+        return run(state, now, policy, Kept(FcfsIndex(state.pending)))
+    policy.__doc__ = run.__doc__
+    return policy
 
 
-BASELINES = {"fifo": fifo, "firstfit": firstfit, "easy": easy}
+_PASSES: dict[str, PassFn] = {"fifo": fifo_pass, "firstfit": firstfit_pass, "easy": easy_pass,
+                              "conservative": conservative_pass}
+#: Name -> a fresh baseline for one replay (each keeps its own queue).
+BASELINES: dict[str, Callable[[], Baseline]] = {
+    name: functools.partial(Baseline, run) for name, run in _PASSES.items()}
+#: The same as plain policies: each pass indexes the snapshot's queue (for tests and one-offs).
+fifo = _unfed(fifo_pass)
+firstfit = _unfed(firstfit_pass)
+easy = _unfed(easy_pass)
+conservative = _unfed(conservative_pass)

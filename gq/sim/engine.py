@@ -10,9 +10,11 @@ from __future__ import annotations
 import heapq
 import math
 import time
+import weakref
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
 from gq.sched.queue import QueueIndex
@@ -22,6 +24,76 @@ from gq.sim.trace import TraceJob
 
 PolicyFn = Callable[[Snapshot, float, Policy], Plan]
 ProgressFn = Callable[[int, int], None]
+
+
+T = TypeVar("T")
+
+
+class _View(Sequence[T], Generic[T]):
+    """A snapshot's jobs without a copy per pass: the engine's own dict, until the engine next
+    changes it while someone still holds the view (`Frozen.hold`); then a copy. Copying a long
+    queue for every pass had been most of a baseline's replay."""
+
+    __slots__ = ("_items", "__weakref__")
+
+    def __init__(self, items: dict[int, T]) -> None:
+        self._items: dict[int, T] | tuple[T, ...] = items
+
+    def freeze(self) -> None:
+        if isinstance(self._items, dict):
+            self._items = tuple(self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        items = self._items
+        return iter(items.values() if isinstance(items, dict) else items)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        self.freeze()
+        assert isinstance(self._items, tuple)
+        return self._items[i]
+
+
+class _Views(Generic[T]):
+    """The views handed out for one dict: frozen before the engine changes it."""
+
+    def __init__(self, items: dict[int, T]) -> None:
+        self.items = items
+        self.handed: weakref.ref[_View[T]] | None = None
+
+    def view(self) -> _View[T]:
+        held = self.handed() if self.handed is not None else None
+        if held is not None:
+            return held  # nothing changed since it was handed out
+        view: _View[T] = _View(self.items)
+        self.handed = weakref.ref(view)
+        return view
+
+    def changing(self) -> None:
+        """Called before every change of the dict."""
+        if self.handed is not None:
+            held = self.handed()
+            if held is not None:
+                held.freeze()
+            self.handed = None
+
+
+@runtime_checkable
+class QueueWatcher(Protocol):
+    """A policy that keeps its own index of the queue (the baselines): the engine tells it of
+    every job that enters or leaves the queue, as it keeps its QueueIndex."""
+
+    def add(self, job: PendingJob) -> None: ...
+
+    def remove(self, job_id: int) -> object: ...
 
 #: Policy calls allowed at one instant. A preemption frees GPUs, which is an event of its own
 #: (the victim exits; the simulator models no grace time), so the engine plans again at once.
@@ -69,10 +141,18 @@ class Outcome:
     end: float | None = None
     #: Times it was preempted and requeued.
     restarts: int = 0
-    #: GPU-seconds of runs that preemption threw away.
+    #: GPU-seconds of runs that preemption threw away (since each run's last checkpoint).
     lost_gpu_s: float = 0.0
+    #: Seconds of its runtime saved by checkpoints of preempted runs (the last run skips them).
+    saved_s: float = 0.0
+    #: Seconds it spent pending in all: before its first run and after each preemption.
+    waited_s: float = 0.0
+    #: When it last entered the queue (its submission, or its last preemption).
+    queued_at: float | None = None
     #: It ran into its time limit before its trace runtime (TIMEOUT).
     timed_out: bool = False
+    #: The nodes of its last run.
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -154,9 +234,20 @@ class Simulator:
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, job id, epoch)
         self.wakes: set[float] = set()
         self.pending: dict[int, PendingJob] = {}
-        # The pending jobs in the orders a pass takes them, kept as jobs come and go.
-        self.queue = QueueIndex(self.policy)
+        self.pending_views = _Views(self.pending)
+        # The pending jobs in the orders a pass takes them, kept as jobs come and go (by the
+        # policy itself when it keeps its own).
+        self.queue: QueueIndex | None = None
+        self.watchers: list[QueueWatcher] = []
+        if isinstance(policy_fn, QueueWatcher):
+            self.watchers.append(policy_fn)
+        else:
+            self.queue = QueueIndex(self.policy)
+            self.watchers.append(self.queue)
         self.running: dict[int, _Run] = {}
+        #: The running jobs as policies see them (the same keys as `running`).
+        self.running_jobs: dict[int, RunningJob] = {}
+        self.running_views = _Views(self.running_jobs)
         self.epochs: dict[int, int] = {}
         self.finished = 0
         self.usage = Usage(usage_half_life_s)
@@ -174,6 +265,7 @@ class Simulator:
         self.qos_pending: Counter[str] = Counter()
         self.qos_running: Counter[str] = Counter()
         self.preemptible = {v for victims in self.policy.preempts.values() for v in victims}
+        self.checkpointing = any(j.checkpoint_s for j in fits)
         # A job on a pool node of another QOS may be preempted by the owner, whatever its QOS.
         self.anyone_preemptible = bool(self.policy.pools)
 
@@ -268,10 +360,20 @@ class Simulator:
                    for q, victims in self.policy.preempts.items())
 
     def _snapshot(self, now: float) -> Snapshot:
+        if self.checkpointing and self._may_preempt():
+            self._show_checkpoints(now)
         usage = self.usage.at(now) if self.usage.scaled else {}
-        return Snapshot(nodes=self._node_views(), pending=tuple(self.pending.values()),
-                        running=tuple(r.view for r in self.running.values()), usage=usage,
-                        queue=self.queue)
+        return Snapshot(nodes=self._node_views(), pending=self.pending_views.view(),
+                        running=self.running_views.view(), usage=usage, queue=self.queue)
+
+    def _show_checkpoints(self, now: float) -> None:
+        """Bring the running jobs' views up to date with their last checkpoints, for a policy
+        that picks victims by the work they would lose."""
+        for job_id, run in self.running.items():
+            at = checkpoint_time(run.job, run.view.start_time, now)
+            if at != run.view.checkpoint_time:
+                self.running_views.changing()
+                run.view = self.running_jobs[job_id] = replace(run.view, checkpoint_time=at)
 
     def _node_views(self) -> tuple[NodeView, ...]:
         # Only nodes whose GPUs changed since the last pass get a new view.
@@ -318,14 +420,21 @@ class Simulator:
         view = RunningJob(id=job.id, qos=job.qos, alloc=dict(start.alloc), start_time=now,
                           time_limit_s=job.time_limit_s, user=job.user)
         self.running[job.id] = _Run(job=job, view=view, epoch=epoch)
-        self.outcome[job.id].start = now
-        # The job runs its trace runtime, but the limit cuts it short (TIMEOUT).
-        end = now + min(job.runtime_s, job.time_limit_s or math.inf)
+        self.running_views.changing()
+        self.running_jobs[job.id] = view
+        outcome = self.outcome[job.id]
+        outcome.waited_s += now - (job.submit_time if outcome.queued_at is None
+                                   else outcome.queued_at)
+        outcome.start, outcome.nodes = now, tuple(start.alloc)
+        # The job runs what is left of its trace runtime (all of it unless a checkpoint saved
+        # some before a preemption), but the limit cuts it short (TIMEOUT).
+        left = job.runtime_s - self.outcome[job.id].saved_s
+        end = now + min(left, job.time_limit_s or math.inf)
         heapq.heappush(self.events, (end, _END, job.id, epoch))
-        if (job.qos in self.preemptible or self.anyone_preemptible) \
-                and end > now + self.policy.preempt_exempt_s:
+        exempt = self.policy.exempt_s(job.qos, job.time_limit_s)
+        if (job.qos in self.preemptible or self.anyone_preemptible) and end > now + exempt:
             # From then on a waiting preemptor may take its GPUs, with or without other events.
-            self._wake_at(now + self.policy.preempt_exempt_s)
+            self._wake_at(now + exempt)
 
     def _check_alloc(self, job: PendingJob, alloc: dict[str, tuple[int, ...]]) -> None:
         if len(alloc) != job.nodes:
@@ -345,9 +454,13 @@ class Simulator:
             raise SimInvariantError(f"preemption of job {p.victim}, which is not running")
         self._release(run, now)
         outcome = self.outcome[p.victim]
-        outcome.lost_gpu_s += (now - run.view.start_time) * run.job.total_gpus
+        ran = now - run.view.start_time
+        saved = _saved(run.job, ran, run.job.runtime_s - outcome.saved_s)
+        # Only the work since its last checkpoint is lost; what it saved, the next run skips.
+        outcome.lost_gpu_s += (ran - saved) * run.job.total_gpus
+        outcome.saved_s += saved
         outcome.restarts += 1
-        outcome.start = None
+        outcome.start, outcome.queued_at = None, now
         self.result.preemptions += 1
         # Requeued with its original submit time, so it keeps its age (and its place in FCFS).
         self._enqueue(run.job)
@@ -357,11 +470,13 @@ class Simulator:
         self._release(run, now)
         outcome = self.outcome[job_id]
         outcome.end = now
-        outcome.timed_out = run.job.runtime_s > (now - run.view.start_time)
+        outcome.timed_out = run.job.runtime_s - outcome.saved_s > (now - run.view.start_time)
         self.finished += 1
 
     def _release(self, run: _Run, now: float) -> None:
         del self.running[run.job.id]
+        self.running_views.changing()
+        del self.running_jobs[run.job.id]
         self.qos_running[run.job.qos] -= 1
         for name, gpus in run.view.alloc.items():
             self._set_free(name, self.free[name] | set(gpus))
@@ -375,19 +490,38 @@ class Simulator:
         self.dirty.add(name)
 
     def _enqueue(self, job: TraceJob) -> None:
-        self.pending[job.id] = pending_view(job)
-        self.queue.add(self.pending[job.id])
+        self.pending_views.changing()
+        view = self.pending[job.id] = pending_view(job)
+        for watcher in self.watchers:
+            watcher.add(view)
         self.shapes[(job.nodes, job.gpus)] += 1
         self.qos_pending[job.qos] += 1
 
     def _dequeue(self, job: TraceJob) -> None:
+        self.pending_views.changing()
         del self.pending[job.id]
-        self.queue.remove(job.id)
+        for watcher in self.watchers:
+            watcher.remove(job.id)
         shape = (job.nodes, job.gpus)
         self.shapes[shape] -= 1
         if not self.shapes[shape]:
             del self.shapes[shape]  # so that _some_shape_fits only looks at shapes still waiting
         self.qos_pending[job.qos] -= 1
+
+
+def _saved(job: TraceJob, ran: float, left: float) -> float:
+    """Seconds of work a run of `ran` seconds saved by its checkpoints (every
+    `job.checkpoint_s` of its run; never the whole of what was `left` to do)."""
+    if not job.checkpoint_s:
+        return 0.0
+    return min(math.floor(ran / job.checkpoint_s) * job.checkpoint_s, left)
+
+
+def checkpoint_time(job: TraceJob, start: float, now: float) -> float | None:
+    """When a run started at `start` last checkpointed by `now`, if it has."""
+    if not job.checkpoint_s or now - start < job.checkpoint_s:
+        return None
+    return start + math.floor((now - start) / job.checkpoint_s) * job.checkpoint_s
 
 
 def simulate(jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,

@@ -1,26 +1,26 @@
 """What a replay is judged by: waits (overall, 1-GPU, >=8-GPU), JCT, slowdown, utilization, fairness.
 
-Definitions, per finished job (for a preempted job, the run that finished counts):
-wait = start - submit, run = end - start, JCT = end - submit,
-bounded slowdown = max(1, (wait + run) / max(run, TAU_S)).
-Utilization counts finished work only (GPU-seconds lost to preemption are reported apart), over
-the cluster's GPUs times the makespan (first submission to last end).
+Definitions, per finished job: wait = the time it spent pending (start - submit; for a
+preempted job also each wait to run again), JCT = end - submit, service = the work it did (its trace runtime, or
+less if its limit cut it short), bounded slowdown = max(1, JCT / max(service, TAU_S)), as the
+reference simulator defines it. Utilization counts finished work only (GPU-seconds lost to
+preemption are reported apart, also as a share of that useful work), over the cluster's GPUs
+times the makespan (first submission to last end).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gq.defaults import BIG_JOB_GPUS
 from gq.sim.engine import Outcome, SimResult
 
 #: Runs shorter than this count as this long in bounded slowdown, so that a 1 s job waiting
 #: 10 s is not "11x slowed down" (the usual tau of the batch-scheduling literature).
 TAU_S = 10.0
-#: Jobs with at least this many GPUs in all are the "big" ones whose starvation we watch.
-BIG_JOB_GPUS = 8
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,21 @@ class Metrics:
     jain_groups: int
     preemptions: int
     lost_gpu_h: float
+    #: GPU-hours of finished work (what utilization counts).
+    useful_gpu_h: float
     timeouts: int
     plan_calls: int
     wall_s: float
+    #: QOS -> the wait of its jobs.
+    wait_by_qos: dict[str, WaitStats] = field(default_factory=dict)
+
+    @property
+    def lost_share(self) -> float:
+        """Work lost to preemption as a share of the useful work."""
+        return self.lost_gpu_h / self.useful_gpu_h if self.useful_gpu_h else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "lost_share": self.lost_share}
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
@@ -95,13 +104,16 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _wait(o: Outcome) -> float:
+    """Time spent pending: for a preempted job, also each time it waited to run again (its
+    runs before are not waiting; their lost work is counted apart)."""
     assert o.start is not None
-    return o.start - o.job.submit_time
+    return o.waited_s
 
 
-def _run(o: Outcome) -> float:
+def _service(o: Outcome) -> float:
+    """The work the job did: its runtime, or what its limit let its last run finish."""
     assert o.start is not None and o.end is not None
-    return o.end - o.start
+    return o.saved_s + (o.end - o.start)
 
 
 def fairness(done: Sequence[Outcome]) -> tuple[float, str, int]:
@@ -109,8 +121,13 @@ def fairness(done: Sequence[Outcome]) -> tuple[float, str, int]:
     by_user = any(o.job.user for o in done)
     groups: dict[str, list[float]] = defaultdict(list)
     for o in done:
-        groups[o.job.user if by_user else o.job.qos].append(bounded_slowdown(_wait(o), _run(o)))
+        groups[o.job.user if by_user else o.job.qos].append(_slowdown(o))
     return jain([_mean(v) for v in groups.values()]), "user" if by_user else "qos", len(groups)
+
+
+def _slowdown(o: Outcome) -> float:
+    assert o.end is not None
+    return max(1.0, (o.end - o.job.submit_time) / max(_service(o), TAU_S))
 
 
 def summarize(result: SimResult) -> Metrics:
@@ -118,18 +135,28 @@ def summarize(result: SimResult) -> Metrics:
     waits = [_wait(o) for o in done]
     first = min((o.job.submit_time for o in result.outcomes), default=0.0)
     makespan = max((o.end for o in done if o.end is not None), default=first) - first
-    work = sum(_run(o) * o.job.total_gpus for o in done)
+    work = sum(_service(o) * o.job.total_gpus for o in done)
     capacity = result.cluster.total_gpus * makespan
     fair, over, groups = fairness(done)
+    by_qos: dict[str, list[float]] = defaultdict(list)
+    for w, o in zip(waits, done):
+        by_qos[o.job.qos].append(w)
     return Metrics(
         jobs=len(done), unfinished=len(result.outcomes) - len(done), rejected=len(result.rejected),
         makespan_s=makespan, utilization=work / capacity if capacity else 0.0,
         wait=wait_stats(waits),
         wait_1gpu=wait_stats([w for w, o in zip(waits, done) if o.job.total_gpus == 1]),
         wait_big=wait_stats([w for w, o in zip(waits, done) if o.job.total_gpus >= BIG_JOB_GPUS]),
-        avg_jct_s=_mean([w + _run(o) for w, o in zip(waits, done)]),
-        avg_bounded_slowdown=_mean([bounded_slowdown(w, _run(o)) for w, o in zip(waits, done)]),
+        avg_jct_s=_mean([_end(o) - o.job.submit_time for o in done]),
+        avg_bounded_slowdown=_mean([_slowdown(o) for o in done]),
         jain=fair, jain_over=over, jain_groups=groups,
         preemptions=result.preemptions,
         lost_gpu_h=sum(o.lost_gpu_s for o in result.outcomes) / 3600.0,
-        timeouts=sum(o.timed_out for o in done), plan_calls=result.plan_calls, wall_s=result.wall_s)
+        useful_gpu_h=work / 3600.0,
+        timeouts=sum(o.timed_out for o in done), plan_calls=result.plan_calls, wall_s=result.wall_s,
+        wait_by_qos={q: wait_stats(w) for q, w in sorted(by_qos.items())})
+
+
+def _end(o: Outcome) -> float:
+    assert o.end is not None
+    return o.end

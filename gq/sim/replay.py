@@ -3,25 +3,42 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from gq.config import Config
 from gq.errors import UsageError
 from gq.sched import plan
 from gq.sched.types import Policy
 from gq.sim.baselines import BASELINES
-from gq.sim.engine import Cluster, PolicyFn, ProgressFn, simulate
+from gq.sim.engine import Cluster, PolicyFn, ProgressFn, SimResult, simulate
 from gq.sim.metrics import Metrics, summarize
 from gq.sim.trace import TraceJob
 
+#: Variants of gq's policy `gq sim --policy` can compare, as changes to its knobs: the ones
+#: docs/SCHEDULING.md reports trying (what each did is there).
+VARIANTS: dict[str, dict[str, Any]] = {
+    # Before issue 18: aged after 48 h, only the head reserved.
+    "gq-48h": {"reserve_age_s": 48 * 3600, "big_reserve_depth": 0},
+    "gq-nobig": {"big_reserve_depth": 0},
+    # Big jobs aged sooner than small ones.
+    "gq-bigage": {"reserve_age_big_s": 48 * 3600},
+    # Aged jobs all in their order, each reserving, before smallest-first backfill.
+    "gq-agedfcfs": {"aged_in_order": True},
+    # gq's mechanics in first-come order: should be EASY (docs/SCHEDULING.md).
+    "gq-fcfs": {"reserve_age_s": 10 ** 9, "weight_ratio": 0, "weight_fairshare": 0,
+                "max_age_s": 10 ** 9, "weight_age": 10 ** 9, "backfill_smallest_first": False,
+                "big_reserve_depth": 0},
+}
 #: Policies `gq sim --policy` knows, in the order they are listed in help and tables.
-POLICY_NAMES = ("gq", "easy", "fifo", "firstfit")
+POLICY_NAMES = ("gq", "easy", "conservative", "fifo", "firstfit", *VARIANTS)
 
 
 def policy_fn(name: str) -> PolicyFn:
-    if name == "gq":
+    """The policy of that name, fresh for one replay (a baseline keeps its queue)."""
+    if name == "gq" or name in VARIANTS:
         return plan
     if name in BASELINES:
-        return BASELINES[name]
+        return BASELINES[name]()
     raise UsageError(f"unknown policy {name!r}: expected one of {', '.join(POLICY_NAMES)}")
 
 
@@ -31,9 +48,40 @@ def gq_policy(cfg: Config | None = None) -> Policy:
     return dataclasses.replace((cfg or Config()).policy(), explain=False)
 
 
+def run(jobs: list[TraceJob], cluster: Cluster, name: str,
+        on_progress: ProgressFn | None = None, cfg: Config | None = None) -> SimResult:
+    """One replay under the policy `name`, with the knobs of `cfg` (gq's defaults if None)."""
+    knobs = dataclasses.replace(gq_policy(cfg), **VARIANTS.get(name, {}))
+    return simulate(jobs, cluster, policy_fn(name), knobs, on_progress)
+
+
 def replay(jobs: list[TraceJob], cluster: Cluster, name: str,
-           on_progress: ProgressFn | None = None) -> Metrics:
-    return summarize(simulate(jobs, cluster, policy_fn(name), gq_policy(), on_progress))
+           on_progress: ProgressFn | None = None, cfg: Config | None = None) -> Metrics:
+    return summarize(run(jobs, cluster, name, on_progress, cfg))
+
+
+#: Columns of `gq sim --schedule-out`: one row per job and policy.
+SCHEDULE_COLUMNS = ("policy", "job_id", "submit_s", "gpus", "runtime_s", "limit_s", "start_s",
+                    "end_s", "wait_s", "restarts", "nodes")
+
+
+def write_schedule(path: str, results: dict[str, SimResult]) -> None:
+    """Each job's start, end and nodes under each policy, to compare schedules job by job."""
+    import csv
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(SCHEDULE_COLUMNS)
+        for name, result in results.items():
+            for o in result.outcomes:
+                j = o.job
+                wait = "" if o.start is None else o.start - j.submit_time
+                out.writerow([name, j.name, j.submit_time, j.total_gpus, j.runtime_s,
+                              j.time_limit_s, _blank(o.start), _blank(o.end), wait, o.restarts,
+                              " ".join(o.nodes)])
+
+
+def _blank(value: float | None) -> object:
+    return "" if value is None else value
 
 
 def parse_policies(values: list[str]) -> list[str]:

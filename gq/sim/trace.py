@@ -11,8 +11,9 @@ from pathlib import Path
 
 from gq.errors import UsageError
 
-#: How a job's time limit is drawn from its runtime: limit = ceil(runtime * k).
-LIMIT_MODELS = ("exact", "x2", "random")
+#: How a job's time limit comes from its runtime: limit = ceil(runtime * k), or the trace's own
+#: `limit_s` column (`trace`), so that other simulators can replay exactly the same inputs.
+LIMIT_MODELS = ("exact", "x2", "x5", "random", "trace")
 #: Range of k under `random`: users overestimate, by up to 5x (the scheduler issue).
 RANDOM_K = (1.0, 5.0)
 #: QOS of every job when no mix is given (gq's default QOS).
@@ -36,6 +37,9 @@ class TraceJob:
     gpus: int = 1
     qos: str = DEFAULT_QOS
     user: str = ""
+    #: It checkpoints every this many seconds of its run (0: never), so a preemption loses
+    #: only the work since its last checkpoint and its next run resumes from there.
+    checkpoint_s: float = 0.0
 
     @property
     def total_gpus(self) -> int:
@@ -52,6 +56,18 @@ class TraceOptions:
     #: QOS name -> share of jobs; empty means every job gets DEFAULT_QOS.
     qos_mix: tuple[tuple[str, float], ...] = ()
     gpus_per_node: int = 8
+    #: Every job checkpoints every this many seconds of its run (0: none does).
+    checkpoint_every_s: float = 0.0
+
+
+def shared_traces(start: Path | None = None) -> Path:
+    """The team's trace directory, `shared/traces` beside the checkout or a level above it (a
+    worktree under wt/): for tests and scripts that replay the development traces."""
+    here = (start or Path(__file__)).resolve()
+    for parent in here.parents:
+        if (parent / "shared" / "traces").is_dir():
+            return parent / "shared" / "traces"
+    return here.parents[2] / "shared" / "traces"
 
 
 def parse_qos_mix(text: str | None) -> tuple[tuple[str, float], ...]:
@@ -78,8 +94,8 @@ def limit_factor(model: str, rng: random.Random) -> float:
     """The k of `limit = runtime * k` for one job."""
     if model == "exact":
         return 1.0
-    if model == "x2":
-        return 2.0
+    if model in ("x2", "x5"):
+        return float(model[1:])
     if model == "random":
         return rng.uniform(*RANDOM_K)
     raise UsageError(f"bad time-limit model {model!r}: expected one of {', '.join(LIMIT_MODELS)}")
@@ -131,8 +147,11 @@ def _number(row: dict[str, str], column: str) -> float | None:
 
 def parse_rows(rows: Iterable[dict[str, str]], opts: TraceOptions) -> list[TraceJob]:
     """Simulator jobs in submit order. CPU-only rows and pods that never ran are skipped."""
-    # Separate streams so that adding a QOS mix does not change the drawn limits.
-    limit_rng = random.Random(f"{opts.seed}:limits")
+    # k is drawn per job in submit order from random.Random(seed), as the reference simulator
+    # (../shared/refsim) draws it, so "seed 1" means the same limits to both (up to gq's
+    # rounding up to whole seconds). The QOS mix has a stream of its own, so adding one does
+    # not change the limits.
+    limit_rng = random.Random(opts.seed)
     qos_rng = random.Random(f"{opts.seed}:qos")
     raw: list[tuple[float, int, dict[str, str], float, int]] = []
     for line, row in enumerate(rows):
@@ -147,10 +166,21 @@ def parse_rows(rows: Iterable[dict[str, str]], opts: TraceOptions) -> list[Trace
         nodes, per_node = shape(gpus, opts.gpus_per_node)
         jobs.append(TraceJob(
             id=index + 1, name=row["job_id"], submit_time=submit, runtime_s=runtime,
-            time_limit_s=time_limit(runtime, limit_factor(opts.limits, limit_rng)),
+            time_limit_s=_limit(row, runtime, opts.limits, limit_rng),
             nodes=nodes, gpus=per_node, qos=pick_qos(opts.qos_mix, qos_rng),
-            user=(row.get("user") or "").strip()))
+            user=(row.get("user") or "").strip(), checkpoint_s=opts.checkpoint_every_s))
     return jobs
+
+
+def _limit(row: dict[str, str], runtime: float, model: str, rng: random.Random) -> int:
+    if model != "trace":
+        return time_limit(runtime, limit_factor(model, rng))
+    given = _number(row, "limit_s")
+    if given is None:
+        raise UsageError(f"job {row['job_id']}: --limits trace needs a limit_s column "
+                         "with a limit for every job")
+    # Never below the runtime (as the reference simulator reads it): jobs run their runtime.
+    return time_limit(max(given, runtime), 1.0)
 
 
 def load(path: str | Path, opts: TraceOptions) -> list[TraceJob]:
@@ -167,6 +197,8 @@ def describe_limits(opts: TraceOptions) -> str:
     """How limits were modelled, to print with every result (the traces carry none)."""
     if opts.limits == "exact":
         return "limit = runtime"
-    if opts.limits == "x2":
-        return "limit = runtime x 2"
+    if opts.limits in ("x2", "x5"):
+        return f"limit = runtime x {opts.limits[1:]}"
+    if opts.limits == "trace":
+        return "limit = the trace's limit_s (at least the runtime)"
     return f"limit = runtime x U[{RANDOM_K[0]:g},{RANDOM_K[1]:g}] (seed {opts.seed})"
