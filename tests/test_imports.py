@@ -12,8 +12,8 @@ from pathlib import Path
 
 GQ = Path(__file__).resolve().parent.parent / "gq"
 MAX_LINES = 600
-#: Circles other branches are removing; removed when branch sched lands.
-KNOWN_CYCLES = {frozenset({"gq.sched.queue", "gq.sched.types"})}
+#: Circles allowed for now (none: a new one must be broken, not listed).
+KNOWN_CYCLES: set[frozenset[str]] = set()
 #: Modules over MAX_LINES that others are splitting (none now).
 KNOWN_LONG: set[str] = set()
 
