@@ -35,7 +35,11 @@ done
     with cluster.client() as c:
         ids = c.submit([cluster.spec(script, gpus=1) for _ in range(16)])
         done = c.wait(ids, timeout_s=120)
-    assert [j["state"] for j in done] == ["COMPLETED"] * 16, done
+    started = sorted(p.name for p in work.glob("started.*"))
+    if [j["state"] for j in done] != ["COMPLETED"] * 16:
+        pytest.fail("\n".join([*(str((j["id"], j["state"], j["exit_code"], j["start_time"],
+                                       j["end_time"], j["node_list"])) for j in done),
+                               f"started: {started}", cluster.log("node1")[-2000:]]))
     seen = [tuple((work / f"gpu.{i}").read_text().split()) for i in ids]
     assert len(set(seen)) == 16, f"GPUs shared: {sorted(seen)}"
     assert all(len(gpu.split(",")) == 1 for _, gpu in seen)

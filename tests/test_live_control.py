@@ -10,6 +10,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import LiveCluster, wait_for
 
 #: A task that records when it started and ended (its own clock), keyed by its id.
@@ -50,7 +52,11 @@ def test_throttled_array_never_runs_more_than_two_tasks(cluster: LiveCluster) ->
         cluster.wait_state(task, "RUNNING")
     # The queue folds the waiting tasks into one line, with the limit.
     lines = cluster.gq("queue", check=True).stdout.splitlines()
-    assert any(f"{array}_[2-5%2]" in ln and "JobArrayTaskLimit" in ln for ln in lines), lines
+    if not any(f"{array}_[2-5%2]" in ln and "JobArrayTaskLimit" in ln for ln in lines):
+        # pytest.fail, not assert: pytest would cut the diagnosis short.
+        pytest.fail("\n".join([*lines, *(str((j["id"], j["state"], j["exit_code"], j["reason"]))
+                                         for j in _json(cluster, "history")["jobs"]),
+                               cluster.log("node1")[-2000:]]))
     tasks = [j for j in _json(cluster, "queue")["jobs"] if j["array_job_id"] == array]
     assert sorted((j["array_task_id"], j["state"]) for j in tasks) == [
         (0, "RUNNING"), (1, "RUNNING"), *((i, "PENDING") for i in range(2, 6))]

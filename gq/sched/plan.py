@@ -404,8 +404,17 @@ def _claim_shares(run: _Pass, pending_qos: set[str]) -> int:
 def _reserve_big(run: _Pass) -> bool:
     """The first `big_reserve_depth` blocked jobs of BIG_JOB_GPUS or more, first come first, hold
     reservations too, so that backfill cannot push them back however small jobs are ordered.
-    Returns whether it considered any job."""
-    if not (run.profile.any_free_now() or run.reserving):
+    Returns whether it considered any job.
+
+    With nothing free and no reservation to show, only a queued QOS that may preempt still
+    reads this: _preempt serves the blocked jobs in the order they were blocked, so a pass
+    with `explain` and one without must block the same big jobs here."""
+    preempting = bool(run.policy.preemptors & run.queued_qos)
+
+    def matters() -> bool:
+        return run.profile.any_free_now() or run.reserving or preempting
+
+    if not matters():
         return False
     if run.state.queue is not None:
         jobs: Iterable[PendingJob] = (k[-1] for k in run.state.queue.big_by_age)
@@ -415,8 +424,7 @@ def _reserve_big(run: _Pass) -> bool:
                       key=lambda j: (-tier.get(j.qos, 0), j.submit_time, j.id))
     found = looked = 0
     for job in jobs:
-        if not (run.profile.any_free_now() or run.reserving) \
-                or len(run.result.reservations) >= MAX_RESERVATIONS:
+        if not matters() or len(run.result.reservations) >= MAX_RESERVATIONS:
             break  # a reservation now could no longer change what starts in this pass
         if job.id in run.considered:
             found += job.id in run.result.reservations

@@ -16,6 +16,7 @@ call.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import signal
 import subprocess
@@ -142,13 +143,17 @@ def test_clock_steps_move_no_limit_and_down_no_node(stepped: tuple[LiveCluster, 
 
     _step_at(start + STEP_FORWARD_AT_S, offset, "+3600")
     _step_at(start + STEP_BACK_AT_S, offset, "-3600")
-    ended = wait_for(lambda: _uptime() if live.run_ended("node1", timed) else None,
-                     "the timed job to be killed", every=0.02)
+    try:
+        ended = wait_for(lambda: _uptime() if live.run_ended("node1", timed) else None,
+                         "the timed job to be killed", every=0.02)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(live, timed)}") from None
 
     expected = {"usr1": LIMIT_S - SIGNAL_LEAD_S, "term": LIMIT_S}
-    took = {name: _read(timed_dir / name) - start for name in expected}
+    took = {name: (_read(timed_dir / name) or math.inf) - start for name in expected}
     for name, want in expected.items():
-        assert abs(took[name] - want) <= SLACK_S, f"{name} came after {took[name]:.2f}s, not {want}s"
+        assert abs(took[name] - want) <= SLACK_S, \
+            f"{name} came after {took[name]:.2f}s, not {want}s\n{_diagnosis(live, timed)}"
     assert abs(ended - start - (LIMIT_S + GRACE_S)) <= SLACK_S, \
         f"killed after {ended - start:.2f}s, not {LIMIT_S + GRACE_S}s"
 
@@ -163,6 +168,17 @@ def test_clock_steps_move_no_limit_and_down_no_node(stepped: tuple[LiveCluster, 
     # The daemons really lived the step: gqd dates the node's last heartbeat an hour back.
     seen = parse_iso_time(node["last_seen"])
     assert seen is not None and abs(seen - (time.time() - 3600)) < 60, node["last_seen"]
+
+
+def _diagnosis(live: LiveCluster, job: int) -> str:
+    """What a failure report needs to tell a late timer from a relaunched job (seen once on a
+    loaded CI host, not reproduced): the job as gqd has it, and the daemons' logs."""
+    try:
+        shown = live.show(job)
+    except GqError as exc:
+        shown = {"error": str(exc)}
+    logs = "\n".join(f"--- {name} log (end)\n{live.log(name)[-3000:]}" for name in ("gqd", "node1"))
+    return f"job {job}: {shown}\n{logs}"
 
 
 def _step_at(when: float, offset: Path, value: str) -> None:
