@@ -15,7 +15,7 @@ from typing import Any
 import msgpack
 
 from gq import spec as spec_fields
-from gq import unpack
+from gq import stepwire, unpack
 from gq.defaults import MAX_ARRAY_INDEX, MAX_SUBMIT_SPECS, PROTOCOL_VERSION
 from gq.errors import ProtocolError
 from gq.unpack import clip
@@ -134,7 +134,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "ntasks_per_node": (0, 2**31), "cpus_per_task": (0, 2**31), "cpus_per_gpu": (0, 2**31),
     "mem_per_cpu": (0, _I64), "mem_per_gpu": (0, _I64), "nice": (-2**31, 2**31),
     # events (gq/head/feed.py): a sequence number, a job's and an array's id
-    "job": (1, _I64), "array": (1, _I64), "expires_s": (1, 3650 * 86400),
+    "job": (1, _I64), "array": (1, _I64), "expires_s": (1, 3650 * 86400), **stepwire.RANGES,
 }
 #: Most items of a list field, where fewer than MAX_LIST make sense.
 COUNTS: dict[str, int] = {"jobs": MAX_SUBMIT_SPECS, "states": 64, "fields": 256, "gpus": 1024,
@@ -161,7 +161,7 @@ GPU_SCHEMA: Schema = {"index": (_INT, True), "type": (_STR, True), "memory": (_I
 _CALLER: Schema = {"rid": (_INT, False), "claim_uid": (_INT, False), "claim_user": (_STR, False),
                    AS_UID: (_INT, False), AS_TOKEN: (_STR, False)}
 
-_CLIENT_SCHEMAS: dict[str, Schema] = {
+_CLIENT_SCHEMAS: dict[str, Schema] = {**stepwire.CLIENT_SCHEMAS,
     PING: {},
     SUBMIT: {"jobs": (_LIST, True)},
     # signal (scancel --signal): send it to the running jobs (only their script with
@@ -234,7 +234,7 @@ SCHEMAS: dict[str, Schema] = {
     REPORT: {"node": (_STR, True), "seq": (_INT, True), "job_id": (_INT, True),
              "restart": (_INT, True), "event": (_STR, True), "state": (_OPT_STR, False),
              "exit_code": (_OPT_INT, False), "time": (_NUM, True), "note": (_OPT_STR, False),
-             "max_rss": (_OPT_INT, False), "cpu_s": (_OPT_NUM, False)},
+             "max_rss": (_OPT_INT, False), "cpu_s": (_OPT_NUM, False), "step": (_INT, False)},
     LAUNCH: {"job_id": (_INT, True), "restart": (_INT, True), "spec": (_DICT, True),
              "gpus": (_LIST, True), "rank": (_INT, True), "nodelist": (_LIST, True),
              "time_limit_s": (_INT, True), "stdout": (_STR, True), "stderr": (_STR, True),
@@ -246,15 +246,15 @@ SCHEMAS: dict[str, Schema] = {
     KILL: {"job_id": (_INT, True), "restart": (_INT, True), "signal": (_STR, False),
            "batch_only": (_BOOL, False), "grace_s": (_NUM, False), "no_kill": (_BOOL, False)},
     ACK: {"seq": (_INT, True)},
-    REREGISTER: {},
+    REREGISTER: {}, **stepwire.NODE_SCHEMAS,
     REPLY: {"rid": (_INT, True), "ok": (_BOOL, True)},
 }
 
 CLIENT_REQUESTS = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME,
                              HOLD, RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING, TEST_SUBMIT, EVENTS,
-                             TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE})
+                             TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE}) | stepwire.CLIENT_REQUESTS
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
-HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
+HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER}) | stepwire.HEAD_TO_NODE
 
 
 class PackedItems(list):  # type: ignore[type-arg]
@@ -543,7 +543,7 @@ RULES: dict[str, dict[str, Rule]] = {
     HEARTBEAT: {"telemetry": _telemetry, "health": _STRINGS},
     LAUNCH: {"gpus": _items(_INT, like="index"), "nodelist": _STRINGS},
     EVENTS: {"kinds": _STRINGS},
-    TOKEN_REVOKE: {"ids": _items(_INT, like="id")},
+    TOKEN_REVOKE: {"ids": _items(_INT, like="id")}, **stepwire.RULES,
 }
 
 

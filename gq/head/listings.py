@@ -112,7 +112,10 @@ class Listings:
                                   limit=HISTORY_MAX if limit is None else limit + 1,
                                   ids=msg.get("ids"), partition=msg.get("partition"))
         record, stats = job_record(), self._run_stats(jobs)
-        return _paged(jobs, lambda j: {**record(j), **stats(j)}, limit)
+        steps = {job_id: [_step_record(s) for s in rows]
+                 for job_id, rows in self.store.steps_of(j.id for j in jobs).items()}
+        return _paged(jobs, lambda j: {**record(j), **stats(j), "steps": steps.get(j.id, [])},
+                      limit)
 
     def _run_stats(self, jobs: list[Job]) -> Callable[[Job], dict[str, Any]]:
         """Each job's latest run's peak memory and CPU time (None while it runs or unknown)."""
@@ -188,6 +191,12 @@ def _fields(msg: dict[str, Any]) -> list[str] | None:
             if not isinstance(name, str) or name not in JOB_FIELDS:
                 raise ProtocolError(f"{msg['type']}: unknown job field {name!r}")
     return fields
+
+
+def _step_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A step as `gq history --json` shows it (gq.stepstore's row, its times in ISO form)."""
+    return {**row, "id": f"{row['job_id']}.{row['step']}", "nodes": row["nodes"].split(","),
+            "start_time": iso_time(row["start_time"]), "end_time": iso_time(row["end_time"])}
 
 
 def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gq import protocol
+from gq import protocol, stepwire
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, UsageError
 from gq.head.auth import Caller
@@ -47,6 +47,9 @@ class NodeRegistry:
         self.heard: dict[str, float] = {}
         #: Called when a node comes or its features change (where jobs may run changed).
         self.reshaped: Callable[[], None] = lambda: None
+        #: A node's report that its tasks of a step ended (gq/head/steps.py).
+        self.step_ended: Callable[[str, dict[str, Any], float], list[Order]] = \
+            lambda node, msg, now: []
 
     def load(self) -> None:
         """The nodes the store knows, at gqd's start."""
@@ -185,6 +188,8 @@ class NodeRegistry:
         if msg["event"] == protocol.STARTED:
             self.table.rank_started(job, node.name)
             return []
+        if msg["event"] == stepwire.STEP_ENDED:
+            return self.step_ended(node.name, msg, now)
         if msg["event"] != protocol.FINISHED:
             return []
         out = self.table.rank_ended(job, node.name, str(msg.get("state") or "FAILED"),

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Union
 
-from gq import protocol
+from gq import protocol, stepwire
 from gq.model import Job
 
 
@@ -84,7 +84,33 @@ class ReregisterOrder:
         return protocol.encode(protocol.REREGISTER)
 
 
-Order = Union[LaunchOrder, KillOrder, AckOrder, ReregisterOrder]
+@dataclass(frozen=True, slots=True)
+class StepOrder:
+    """Start `node`'s tasks of a job step (gq/head/steps.py); `fields`: STEP's."""
+
+    node: str
+    fields: dict[str, Any]
+
+    def encode(self) -> bytes:
+        return protocol.encode(stepwire.STEP, **self.fields)
+
+
+@dataclass(frozen=True, slots=True)
+class StepKillOrder:
+    """End `node`'s tasks of step `step` of run `restart` of a job."""
+
+    node: str
+    job_id: int
+    restart: int
+    step: int
+    signal: str = "TERM"
+
+    def encode(self) -> bytes:
+        return protocol.encode(stepwire.STEP_KILL, job_id=self.job_id, restart=self.restart,
+                               step=self.step, signal=self.signal)
+
+
+Order = Union[LaunchOrder, KillOrder, AckOrder, ReregisterOrder, StepOrder, StepKillOrder]
 
 
 def kills(nodes: Iterable[str], job: Job, signal: str, **extra: Any) -> list[Order]:

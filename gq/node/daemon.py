@@ -23,7 +23,7 @@ import msgpack
 import psutil
 import zmq
 
-from gq import defaults, keys, protocol, service
+from gq import defaults, keys, protocol, service, stepwire
 from gq.errors import GqError
 from gq.fsutil import private_dir
 from gq.model import JobState
@@ -32,6 +32,7 @@ from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
+from gq.node.steps import NodeSteps
 from gq.relay import Forwarder
 
 log = logging.getLogger("gq.node")
@@ -77,6 +78,8 @@ class NodeDaemon:
         self.outbox = Outbox(state_dir / "outbox")
         self.disk = disk.StateDisk(state_dir)
         self.runs: dict[tuple[int, int], Run] = {}
+        #: The job steps (srun) running here.
+        self.steps = NodeSteps(name, state_dir, self.outbox)
         #: Each run's cgroup, CPUs, device rules and /tmp; none without cgroups.
         self.isolation = isolation or NodeIsolation(None, state_dir)
         # `gqnode --virtual` gives all its identities one context and one set of signal flags.
@@ -124,6 +127,7 @@ class NodeDaemon:
             else:
                 self.isolation.adopted((job_id, restart), run_dir)
         self.isolation.sweep(set(self.runs))  # cgroups and /tmp of runs that are gone
+        self.steps.sweep()
         log.info("adopted %d running jobs; %d reports waiting", len(self.runs), len(self.outbox))
 
     def register(self) -> None:
@@ -215,6 +219,11 @@ class NodeDaemon:
                 trash.remove(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}")
         elif kind == protocol.REREGISTER:
             self.register()
+        elif kind == stepwire.STEP:
+            run = self.runs.get((msg["job_id"], msg["restart"]))
+            self.steps.start(msg, run.dir if run else None)
+        elif kind == stepwire.STEP_KILL:
+            self.steps.kill(msg["job_id"], msg["restart"], msg["step"], msg.get("signal", "TERM"))
 
     # ------------------------------------------------------------ runs
 
@@ -281,6 +290,8 @@ class NodeDaemon:
             return
         sig = msg.get("signal", "TERM")
         no_kill = bool(msg.get("no_kill")) and sig != "KILL"
+        if not no_kill:  # the job's steps here end with it
+            self.steps.kill(run.job_id, run.restart, sig="KILL" if sig == "KILL" else "TERM")
         if sig != "KILL":
             try:
                 shepherd.order_stop(run.dir, sig, msg.get("batch_only", False), msg.get("grace_s"),
@@ -306,7 +317,7 @@ class NodeDaemon:
             if run.pid == pid:
                 self._ended(run)
                 news = True
-        return news
+        return self.steps.reaped(pid) or news
 
     def _check_adopted(self) -> None:
         for run in list(self.runs.values()):
@@ -342,6 +353,7 @@ class NodeDaemon:
         if status.get("note"):
             log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
         self.runs.pop((run.job_id, run.restart), None)
+        self.steps.kill(run.job_id, run.restart, sig="KILL")  # nothing of it outlives it here
         log.info("job %d run %d ended %s (exit %s)", run.job_id, run.restart, status["state"],
                  status["exit_code"])
 

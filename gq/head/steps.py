@@ -1,0 +1,196 @@
+"""Job steps in gqd: `srun` inside a running job asks for one (STEP_LAUNCH); gqd lays it out
+on the job's nodes (gq.steps), orders each node to start its tasks, and keeps the step until
+every node has reported its tasks' end: the step's exit code is the worst of its tasks'
+(Slurm's), and with --kill-on-bad-exit a failing node's report ends the step on the others.
+
+Owns the live steps (memory, journaled as the job table's changes are) and their rows
+(gq/stepstore.py). A step outlives no job: once its job stops running, a step still live
+ends CANCELLED (the job's own stop killed its tasks on every node).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gq import stepstore
+from gq import steps as layout_mod
+from gq.errors import NotFoundError, PermissionDenied, RefusedError
+from gq.head.auth import Caller
+from gq.head.jobs import JobTable
+from gq.head.orders import Order, StepKillOrder, StepOrder
+from gq.model import Job, JobState, expand_pattern
+from gq.store import Store
+
+log = logging.getLogger("gq.head.steps")
+
+#: Most live steps of one job (each holds processes on its nodes).
+MAX_LIVE_STEPS = 256
+
+
+@dataclass
+class Step:
+    job_id: int
+    step: int
+    restart: int
+    name: str
+    nodes: list[str]
+    ntasks: int
+    start_time: float
+    kill_on_bad_exit: bool
+    #: Nodes whose tasks have not all ended yet.
+    left: set[str] = field(default_factory=set)
+    #: node -> the worst exit code of its tasks.
+    codes: dict[str, int] = field(default_factory=dict)
+    #: Under --kill-on-bad-exit, the exit code of the first node that failed: the step's
+    #: (the others' tasks were killed for it).
+    first_bad: int | None = None
+    state: str = JobState.RUNNING.value
+    exit_code: int | None = None
+    end_time: float | None = None
+
+    def row(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "step": self.step, "name": self.name,
+                "state": self.state, "exit_code": self.exit_code, "ntasks": self.ntasks,
+                "nodes": ",".join(self.nodes), "start_time": self.start_time,
+                "end_time": self.end_time}
+
+
+class Steps:
+    def __init__(self, table: JobTable, store: Store, send: Callable[[list[Order]], None]):
+        self.table, self.store, self.send = table, store, send
+        self.live: dict[tuple[int, int], Step] = {}
+
+    # ------------------------------------------------------------ requests
+
+    def req_launch(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        job = self._job(msg["job_id"], caller, changing=True)
+        if job.state != JobState.RUNNING or not job.alloc:
+            raise RefusedError(f"job {job.id} is {job.state.value}, not running: srun starts "
+                               "steps only inside a running job")
+        if sum(1 for s in self.live.values() if s.job_id == job.id) >= MAX_LIVE_STEPS:
+            raise RefusedError(f"job {job.id} has {MAX_LIVE_STEPS} steps running already")
+        nodelist = list(job.alloc)
+        parts = layout_mod.layout(
+            nodelist, {n: list(g) for n, g in job.alloc.items()}, ntasks=msg.get("ntasks"),
+            nodes=msg.get("nodes"), ntasks_per_node=msg.get("ntasks_per_node"),
+            gpus_per_task=msg.get("gpus_per_task"))
+        step_id = max([stepstore.next_step(self.store.conn, job.id),
+                       *(s.step + 1 for s in self.live.values() if s.job_id == job.id)])
+        name = msg.get("name") or os.path.basename(msg["argv"][0])[:256]
+        step = Step(job.id, step_id, job.restart_count, name, [p.node for p in parts],
+                    sum(len(p.tasks) for p in parts), now,
+                    bool(msg.get("kill_on_bad_exit")), left={p.node for p in parts})
+        self._put(step)
+        stdout = self._path(msg.get("output"), msg["cwd"], job, step_id) \
+            or job.output_path("output")
+        stderr = self._path(msg.get("error"), msg["cwd"], job, step_id) \
+            or (stdout if msg.get("output") else job.output_path("error"))
+        fields = {"job_id": job.id, "restart": job.restart_count, "step": step_id,
+                  "argv": list(msg["argv"]), "env": dict(msg["env"]), "cwd": msg["cwd"],
+                  "layout": layout_mod.to_wire(parts), "stdout": stdout, "stderr": stderr,
+                  "kill_on_bad_exit": step.kill_on_bad_exit,
+                  "master_addr": self.table.addr_of(nodelist[0]) or nodelist[0],
+                  "cpus_per_task": msg.get("cpus_per_task"),
+                  "grace_s": float(self.table.cfg.head.kill_grace_s)}
+        self.send([StepOrder(p.node, fields) for p in parts])
+        log.info("job %d step %d: %d task(s) on %s", job.id, step_id, step.ntasks,
+                 ",".join(step.nodes))
+        return {"step": step_id, "ntasks": step.ntasks, "nodes": step.nodes}
+
+    def req_status(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        job = self._job(msg["job_id"], caller)
+        if job.state != JobState.RUNNING:
+            self.sweep(now)
+        step = self.live.get((job.id, msg["step"]))
+        if step is not None:
+            return step.row()
+        rows = stepstore.of_jobs(self.store.conn, [job.id]).get(job.id, [])
+        for row in rows:
+            if row["step"] == msg["step"]:
+                return row
+        raise NotFoundError(f"job {job.id} has no step {msg['step']}")
+
+    def req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+        job = self._job(msg["job_id"], caller, changing=True)
+        step = self.live.get((job.id, msg["step"]))
+        if step is None:
+            return {"done": False}
+        self.send([StepKillOrder(n, job.id, step.restart, step.step) for n in step.left])
+        return {"done": True}
+
+    # ------------------------------------------------------------ what nodes report
+
+    def node_ended(self, node: str, msg: dict[str, Any], now: float) -> list[Order]:
+        """`node`'s tasks of a step have all ended (its worst exit code in the report)."""
+        step = self.live.get((msg["job_id"], msg.get("step", -1)))
+        if step is None or step.restart != msg["restart"] or node not in step.left:
+            return []  # a step already ended (its job stopped), or a resent report
+        self._keep(step)
+        step.left.discard(node)
+        code = msg.get("exit_code")
+        step.codes[node] = 137 if code is None else int(code)
+        out: list[Order] = []
+        if step.kill_on_bad_exit and step.codes[node] != 0 and step.left:
+            # srun -K: the first failing task ends the step everywhere.
+            out = [StepKillOrder(n, step.job_id, step.restart, step.step) for n in step.left]
+        if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None:
+            step.first_bad = step.codes[node]
+        if not step.left:
+            code = layout_mod.worst(list(step.codes.values())) if step.first_bad is None \
+                else step.first_bad
+            self._end(step, JobState.COMPLETED if code == 0 else JobState.FAILED, code, now)
+        return out
+
+    def sweep(self, now: float) -> None:
+        """Steps of jobs no longer running end CANCELLED (their tasks were killed with it)."""
+        for job_id in {s.job_id for s in self.live.values()}:
+            job = self.table.jobs.get(job_id)
+            if job is None or job.state != JobState.RUNNING:
+                for step in [s for s in self.live.values() if s.job_id == job_id]:
+                    code = layout_mod.worst(list(step.codes.values())) if step.codes else None
+                    self._end(step, JobState.CANCELLED, code, now)
+
+    # ------------------------------------------------------------ the parts
+
+    def _job(self, job_id: int, caller: Caller, changing: bool = False) -> Job:
+        job = self.table.jobs.get(job_id) or self.store.get_job(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id}")
+        if not caller.admin and job.spec.uid != caller.uid:
+            raise PermissionDenied(f"permission denied: job {job_id} belongs to "
+                                   f"{job.spec.user}")
+        if changing and not caller.proven:
+            raise PermissionDenied("permission denied: starting or ending a step needs a "
+                                   "proven identity")
+        return job
+
+    @staticmethod
+    def _path(pattern: str | None, cwd: str, job: Job, step_id: int) -> str:
+        """srun -o/-e: %j and %s (the step) here; %t (task) and %n (node) on the node."""
+        if not pattern:
+            return ""
+        text = expand_pattern(pattern.replace("%s", str(step_id)), job)
+        return text if text.startswith("/") else f"{cwd.rstrip('/')}/{text}"
+
+    def _put(self, step: Step) -> None:
+        key = (step.job_id, step.step)
+        self.table.journal.record(lambda: self.live.pop(key, None))
+        self.live[key] = step
+        stepstore.put(self.store.conn, step.row())
+
+    def _keep(self, step: Step) -> None:
+        was = dataclasses.replace(step, left=set(step.left), codes=dict(step.codes))
+        key = (step.job_id, step.step)
+        self.table.journal.record(lambda: self.live.__setitem__(key, was))
+
+    def _end(self, step: Step, state: JobState, code: int | None, now: float) -> None:
+        self._keep(step)
+        step.state, step.exit_code, step.end_time = state.value, code, now
+        self.live.pop((step.job_id, step.step), None)
+        stepstore.put(self.store.conn, step.row())
+        log.info("job %d step %d ended %s (exit %s)", step.job_id, step.step, step.state, code)

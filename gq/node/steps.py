@@ -1,0 +1,114 @@
+"""gqnode's job steps: a step order starts a step shepherd (gq/node/stepshepherd.py) for this
+node's tasks; its end is reported through the outbox (event STEP_ENDED, the worst exit code of
+the node's tasks); step kills, and the end of the job's run here, stop it.
+
+Each step has a directory `steps/J.R.S/` (gqnode's, 0700): its order, then its status.
+A step shepherd is gqnode's child; one that a restarted gqnode finds (not its child) is killed
+at start-up, and the step reported as ended by a signal, since no one could report its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from gq import stepwire
+from gq.fsutil import private_dir
+from gq.node import stepshepherd
+from gq.node.outbox import Outbox
+
+log = logging.getLogger("gq.node.steps")
+
+
+@dataclass
+class StepRun:
+    job_id: int
+    restart: int
+    step: int
+    dir: Path
+    pid: int
+
+
+class NodeSteps:
+    def __init__(self, node: str, state_dir: Path, outbox: Outbox):
+        self.node, self.outbox = node, outbox
+        self.dir = state_dir / "steps"
+        private_dir(self.dir, 0o700)
+        self.runs: dict[int, StepRun] = {}  # by the step shepherd's pid
+
+    def start(self, msg: dict[str, Any], run_dir: Path | None) -> None:
+        """A step order: start this node's tasks (`run_dir`: the job's run here, None if this
+        node holds no such run, which then fails the step)."""
+        key = (msg["job_id"], msg["restart"], msg["step"])
+        step_dir = self.dir / ".".join(map(str, key))
+        if any((r.job_id, r.restart, r.step) == key for r in self.runs.values()) \
+                or step_dir.exists():
+            return  # a resent order
+        if run_dir is None or not any(p.get("node") == self.node for p in msg["layout"]):
+            self._report(key, 1, "this node holds no run of the job, or no task of the step")
+            return
+        try:
+            step_dir.mkdir(mode=0o700)
+            with open(os.open(step_dir / stepshepherd.ORDER_FILE,
+                              os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(msgpack.packb({**msg, "node": self.node}, use_bin_type=True))
+            pid = stepshepherd.spawn(step_dir, run_dir)
+        except OSError as exc:
+            log.error("job %d step %d: cannot start its tasks: %s", key[0], key[2], exc)
+            shutil.rmtree(step_dir, ignore_errors=True)
+            self._report(key, 1, f"gqnode cannot start the step: {exc}")
+            return
+        self.runs[pid] = StepRun(*key, step_dir, pid)
+        log.info("job %d step %d: tasks started (shepherd %d)", key[0], key[2], pid)
+
+    def kill(self, job_id: int, restart: int | None = None, step: int | None = None,
+             sig: str = "TERM") -> None:
+        """Stop the job's steps here (those of run `restart`, or only step `step`)."""
+        number = signal.SIGUSR1 if sig == "KILL" else signal.SIGTERM
+        for run in self.runs.values():
+            if run.job_id == job_id and restart in (None, run.restart) \
+                    and step in (None, run.step):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(run.pid, number)
+
+    def reaped(self, pid: int) -> bool:
+        """A child ended: True if it was a step shepherd (its end is queued for gqd)."""
+        run = self.runs.pop(pid, None)
+        if run is None:
+            return False
+        status = stepshepherd.read_status(run.dir) or {}
+        code = status.get("exit_code")
+        self._report((run.job_id, run.restart, run.step),
+                     code if isinstance(code, int) and not isinstance(code, bool) else 137,
+                     str(status.get("note") or ("" if status else "its shepherd died")))
+        shutil.rmtree(run.dir, ignore_errors=True)
+        return True
+
+    def sweep(self) -> None:
+        """At start-up: steps a former gqnode started (their shepherds are no children of
+        ours, so no one would report them) are killed and reported."""
+        with contextlib.suppress(OSError):
+            for entry in self.dir.iterdir():
+                try:
+                    key = tuple(int(x) for x in entry.name.split("."))
+                except ValueError:
+                    continue
+                if len(key) == 3:
+                    self._report(key, 137, "gqnode restarted under the step")  # type: ignore
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def _report(self, key: tuple[int, int, int], code: int, note: str) -> None:
+        job_id, restart, step = key
+        self.outbox.put({"node": self.node, "job_id": job_id, "restart": restart,
+                         "event": stepwire.STEP_ENDED, "step": step, "exit_code": code,
+                         "state": "COMPLETED" if code == 0 else "FAILED", "time": time.time(),
+                         "note": note[:1000]})

@@ -1,0 +1,136 @@
+"""Job steps (issue 15, Done when 2), live: a batch script runs once, on its job's first node,
+and `srun` in it starts tasks on every node of the allocation through gqd, each with its
+SLURM_PROCID, SLURM_LOCALID and GPUs; their output reaches the job's file; a step's status is
+its worst task's; --kill-on-bad-exit ends the rest; `gq cancel` kills every task on every
+node; steps are listed by `gq history` as JOBID.STEP."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from tests.conftest import LiveCluster, wait_for
+
+#: One line a task: what Slurm (and torch) told it.
+TASK_LINE = ('echo "task $SLURM_PROCID local $SLURM_LOCALID node $SLURM_NODEID '
+             'host $SLURMD_NODENAME gpus $CUDA_VISIBLE_DEVICES step $SLURM_STEP_ID '
+             'rank $RANK of $WORLD_SIZE ntasks $SLURM_NTASKS"')
+TASK_RE = re.compile(r"^task (\d) local (\d) node (\d) host (\S+) gpus (\S+) step (\d+) "
+                     r"rank (\d) of (\d) ntasks (\d)$", re.M)
+
+
+def _script(cluster: LiveCluster, name: str, body: str) -> Path:
+    path = cluster.work / name
+    path.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
+                    "#SBATCH --gpus-per-task=1\n#SBATCH -t 5:00\n"
+                    f"#SBATCH -o {cluster.work}/{name}-%j.out\n{body}")
+    return path
+
+
+def _submit(cluster: LiveCluster, script: Path) -> int:
+    out = cluster.gq("submit", "--parsable", str(script), check=True)
+    return int(out.stdout.strip().split(";")[0])
+
+
+def test_srun_starts_four_tasks_on_two_nodes_with_their_ranks_and_gpus(
+        cluster: LiveCluster) -> None:
+    script = _script(cluster, "ranks", f"""
+echo "batch on $SLURMD_NODENAME"
+srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{TASK_LINE}'
+echo "srun=$?"
+srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
+""")
+    job = _submit(cluster, script)
+    done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    text = (cluster.work / f"ranks-{job}.out").read_text()
+    assert done["state"] == "COMPLETED", text
+    # The script ran once, on the first node; its own lines and the tasks' all in one file.
+    assert text.count("batch on ") == 1 and "batch on node1\n" in text, text
+    assert "srun=0\n" in text
+    tasks = [m.groups() for m in TASK_RE.finditer(text)]
+    assert sorted(int(t[0]) for t in tasks) == [0, 1, 2, 3], text
+    by_proc = {int(t[0]): t for t in tasks}
+    for procid, (_, local, node, host, gpus, step, rank, world, ntasks) in by_proc.items():
+        assert int(local) == procid % 2 and int(node) == procid // 2, by_proc
+        assert host == f"node{procid // 2 + 1}" and step == "0" and rank == str(procid)
+        assert (world, ntasks) == ("4", "4")
+        assert len(gpus.split(",")) == 1, "one GPU a task"
+    # Disjoint GPUs: the two tasks of a node never share one, and each is one of the job's.
+    alloc = {n: set(g) for n, g in cluster.show(job)["alloc"].items()} \
+        if isinstance(cluster.show(job).get("alloc"), dict) else None
+    for node in ("node1", "node2"):
+        held = [t[4] for t in tasks if t[3] == node]
+        assert len(held) == 2 and len(set(held)) == 2, tasks
+        if alloc is not None:
+            assert {int(g) for g in held} <= {int(g) for g in alloc[node]}
+    assert "second 1 on node1\n" in text and "second 1 on node2\n" in text, text
+
+
+def test_a_failing_task_fails_the_step_and_kill_on_bad_exit_ends_the_others(
+        cluster: LiveCluster) -> None:
+    script = _script(cluster, "bad", """
+srun sh -c 'if [ "$SLURM_PROCID" = 3 ]; then exit 7; fi; sleep 0.5; echo "done $SLURM_PROCID"'
+echo "plain=$?"
+start=$(date +%s)
+srun -K sh -c 'if [ "$SLURM_PROCID" = 2 ]; then sleep 1; exit 5; fi
+               echo "k-up $SLURM_PROCID"; sleep 120; echo "k-survived $SLURM_PROCID"'
+echo "kill=$? after $(( $(date +%s) - start ))s"
+exit 0
+""")
+    job = _submit(cluster, script)
+    done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    text = (cluster.work / f"bad-{job}.out").read_text()
+    assert done["state"] == "COMPLETED", text
+    # Without -K the others run to their end; the step's status is the failing task's.
+    assert sorted(re.findall(r"^done (\d)$", text, re.M)) == ["0", "1", "2"], text
+    assert "plain=7\n" in text, text
+    # With -K the failing task ends the step on both nodes long before the others' sleep.
+    m = re.search(r"^kill=(\d+) after (\d+)s$", text, re.M)
+    assert m and int(m[1]) == 5 and int(m[2]) < 60, text
+    assert sorted(re.findall(r"^k-up (\d)$", text, re.M)) == ["0", "1", "3"], text
+    assert "k-survived" not in text
+    history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
+    rows = {line.split("|")[0]: line.split("|") for line in history.splitlines()[1:]}
+    assert set(rows) == {str(job), f"{job}.0", f"{job}.1"}, history
+    assert rows[f"{job}.0"][5:7] == ["FAILED", "7"], history
+    assert rows[f"{job}.1"][5:7] == ["FAILED", "5"], history
+    assert rows[f"{job}.0"][12] == "node1,node2"
+
+
+def test_cancel_kills_every_task_on_every_node(cluster: LiveCluster) -> None:
+    pids = cluster.work / "pids"
+    pids.mkdir()
+    script = _script(cluster, "cancel", f"""
+srun sh -c 'echo $$ > {pids}/$SLURM_PROCID.$SLURMD_NODENAME; exec sleep 300'
+""")
+    job = _submit(cluster, script)
+    files = wait_for(lambda: (found := sorted(pids.iterdir())) and len(found) == 4 and found,
+                     "the four tasks to start")
+    assert [f.name for f in files] == ["0.node1", "1.node1", "2.node2", "3.node2"]
+    tasks = [int(f.read_text()) for f in files]
+    assert all(psutil.pid_exists(p) for p in tasks)
+    cluster.gq("cancel", str(job), check=True)
+    cluster.wait_state(job, "CANCELLED")
+    wait_for(lambda: not any(_alive(p) for p in tasks), "every task to be killed")
+    history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
+    assert f"\n{job}.0|sh|" in history and "|CANCELLED|" in history, history
+    wait_for(lambda: cluster.show(job).get("holds_alloc") in (False, None), "its GPUs")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_srun_outside_a_job_says_it_needs_one(cluster: LiveCluster) -> None:
+    env = {k: v for k, v in cluster.env.items() if not k.startswith(("SLURM_", "GQ_JOB"))}
+    out = subprocess.run([sys.executable, "-c",
+                          "import sys; from gq.slurm.srun import main; sys.exit(main())", "true"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "no job allocation" in out.stderr, out.stderr
