@@ -2,18 +2,61 @@
 and `srun` in it starts tasks on every node of the allocation through gqd, each with its
 SLURM_PROCID, SLURM_LOCALID and GPUs; their output reaches the job's file; a step's status is
 its worst task's; --kill-on-bad-exit ends the rest; `gq cancel` kills every task on every
-node; steps are listed by `gq history` as JOBID.STEP."""
+node; steps are listed by `gq history` as JOBID.STEP.
+
+Each test runs on two clusters: two gqnodes on one host, and gqd with one gqnode on the host
+and the other gqnode in a network namespace of its own (joined by a veth pair, as in the
+partition faults), so that step orders and reports cross a real network."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
-from tests.conftest import LiveCluster, wait_for
+from gq import config as config_mod
+from gq import keys
+from tests.conftest import LiveCluster, prepare, running, wait_for
+from tests.faults.test_partition import Net, net  # noqa: F401  (the namespace fixture)
+
+#: The gqnode in the network namespace.
+NS_NODE = "nsnode"
+
+
+@pytest.fixture(params=["one host", "two network namespaces"])
+def nodes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[LiveCluster, list[str]]]:
+    """A live cluster of two 8-GPU nodes, and their names in rank order."""
+    if request.param == "one host":
+        with running(prepare(tmp_path)) as live:
+            yield live, ["node1", "node2"]
+        return
+    ns: Net = request.getfixturevalue("net")
+    live = prepare(tmp_path)
+
+    def reachable_from_the_namespace(cfg: config_mod.Config) -> None:
+        port = cfg.head.node_endpoint.rsplit(":", 1)[1]
+        cfg.head.node_endpoint = cfg.node.head = f"tcp://{ns.host_addr}:{port}"
+
+    live.configure(reachable_from_the_namespace)
+    keys.ensure(live.layout.keys, [NS_NODE])  # `gq up` makes keys only for its own nodes
+    with running(live, nodes=1), live.layout.log(NS_NODE).open("ab") as log:
+        other = subprocess.Popen(
+            ["ip", "netns", "exec", ns.ns, sys.executable, "-m", "gq.node.main", "--config",
+             str(live.config_path), "--name", NS_NODE, "--addr", ns.ns_addr, "--fake-gpus", "8"],
+            env=live.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            start_new_session=True)
+        try:
+            wait_for(lambda: any(n["name"] == NS_NODE and n["state"] == "UP"
+                                 for n in live.nodes()), f"{NS_NODE} to register")
+            yield live, ["node1", NS_NODE]
+        finally:
+            live.gq("down", timeout=90)  # stops the namespace's gqnode too (its pid file)
+            other.wait(timeout=30)
 
 #: One line a task: what Slurm (and torch) told it.
 TASK_LINE = ('echo "task $SLURM_PROCID local $SLURM_LOCALID node $SLURM_NODEID '
@@ -37,7 +80,8 @@ def _submit(cluster: LiveCluster, script: Path) -> int:
 
 
 def test_srun_starts_four_tasks_on_two_nodes_with_their_ranks_and_gpus(
-        cluster: LiveCluster) -> None:
+        nodes: tuple[LiveCluster, list[str]]) -> None:
+    cluster, names = nodes
     script = _script(cluster, "ranks", f"""
 echo "batch on $SLURMD_NODENAME"
 srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{TASK_LINE}'
@@ -49,29 +93,28 @@ srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
     text = (cluster.work / f"ranks-{job}.out").read_text()
     assert done["state"] == "COMPLETED", text
     # The script ran once, on the first node; its own lines and the tasks' all in one file.
-    assert text.count("batch on ") == 1 and "batch on node1\n" in text, text
+    assert text.count("batch on ") == 1 and f"batch on {names[0]}\n" in text, text
     assert "srun=0\n" in text
     tasks = [m.groups() for m in TASK_RE.finditer(text)]
     assert sorted(int(t[0]) for t in tasks) == [0, 1, 2, 3], text
     by_proc = {int(t[0]): t for t in tasks}
     for procid, (_, local, node, host, gpus, step, rank, world, ntasks) in by_proc.items():
         assert int(local) == procid % 2 and int(node) == procid // 2, by_proc
-        assert host == f"node{procid // 2 + 1}" and step == "0" and rank == str(procid)
+        assert host == names[procid // 2] and step == "0" and rank == str(procid)
         assert (world, ntasks) == ("4", "4")
         assert len(gpus.split(",")) == 1, "one GPU a task"
     # Disjoint GPUs: the two tasks of a node never share one, and each is one of the job's.
-    alloc = {n: set(g) for n, g in cluster.show(job)["alloc"].items()} \
-        if isinstance(cluster.show(job).get("alloc"), dict) else None
-    for node in ("node1", "node2"):
+    alloc = done["gpu_ids"]
+    for node in names:
         held = [t[4] for t in tasks if t[3] == node]
         assert len(held) == 2 and len(set(held)) == 2, tasks
-        if alloc is not None:
-            assert {int(g) for g in held} <= {int(g) for g in alloc[node]}
-    assert "second 1 on node1\n" in text and "second 1 on node2\n" in text, text
+        assert {int(g) for g in held} <= set(alloc[node]) and len(alloc[node]) == 2, alloc
+    assert all(f"second 1 on {node}\n" in text for node in names), text
 
 
 def test_a_failing_task_fails_the_step_and_kill_on_bad_exit_ends_the_others(
-        cluster: LiveCluster) -> None:
+        nodes: tuple[LiveCluster, list[str]]) -> None:
+    cluster, names = nodes
     script = _script(cluster, "bad", """
 srun sh -c 'if [ "$SLURM_PROCID" = 3 ]; then exit 7; fi; sleep 0.5; echo "done $SLURM_PROCID"'
 echo "plain=$?"
@@ -98,10 +141,11 @@ exit 0
     assert set(rows) == {str(job), f"{job}.0", f"{job}.1"}, history
     assert rows[f"{job}.0"][5:7] == ["FAILED", "7"], history
     assert rows[f"{job}.1"][5:7] == ["FAILED", "5"], history
-    assert rows[f"{job}.0"][12] == "node1,node2"
+    assert rows[f"{job}.0"][12] == ",".join(names)
 
 
-def test_cancel_kills_every_task_on_every_node(cluster: LiveCluster) -> None:
+def test_cancel_kills_every_task_on_every_node(nodes: tuple[LiveCluster, list[str]]) -> None:
+    cluster, names = nodes
     pids = cluster.work / "pids"
     pids.mkdir()
     script = _script(cluster, "cancel", f"""
@@ -110,7 +154,7 @@ srun sh -c 'echo $$ > {pids}/$SLURM_PROCID.$SLURMD_NODENAME; exec sleep 300'
     job = _submit(cluster, script)
     files = wait_for(lambda: (found := sorted(pids.iterdir())) and len(found) == 4 and found,
                      "the four tasks to start")
-    assert [f.name for f in files] == ["0.node1", "1.node1", "2.node2", "3.node2"]
+    assert [f.name for f in files] == [f"{i}.{names[i // 2]}" for i in range(4)]
     tasks = [int(f.read_text()) for f in files]
     assert all(psutil.pid_exists(p) for p in tasks)
     cluster.gq("cancel", str(job), check=True)
@@ -118,7 +162,6 @@ srun sh -c 'echo $$ > {pids}/$SLURM_PROCID.$SLURMD_NODENAME; exec sleep 300'
     wait_for(lambda: not any(_alive(p) for p in tasks), "every task to be killed")
     history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
     assert f"\n{job}.0|sh|" in history and "|CANCELLED|" in history, history
-    wait_for(lambda: cluster.show(job).get("holds_alloc") in (False, None), "its GPUs")
 
 
 def _alive(pid: int) -> bool:

@@ -99,8 +99,9 @@ def _start(order: dict[str, Any], launch: dict[str, Any]) -> list[subprocess.Pop
             out = _open(order["stdout"], task.procid, mine.node_id)
             err = out if order["stderr"] == order["stdout"] else \
                 _open(order["stderr"], task.procid, mine.node_id)
-        argv, popen_switch = jail.command(slurmenv.task_pid_argv(list(order["argv"])), uid, gid,
-                                          switch)
+        # Started directly, never through the backend's `command` (systemd-run would make the
+        # job's scope anew): `spawning` puts the task in the step's cgroup.
+        argv, popen_switch = slurmenv.task_pid_argv(list(order["argv"])), switch
         try:
             with shepherd._signals_unblocked(), jail.spawning():
                 procs.append(subprocess.Popen(
