@@ -13,10 +13,13 @@ MIGRATION = [
         job_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL,
         state TEXT NOT NULL, exit_code INTEGER, ntasks INTEGER NOT NULL,
         nodes TEXT NOT NULL, start_time REAL NOT NULL, end_time REAL,
-        PRIMARY KEY (job_id, step))""",
+        detail TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (job_id, step))""",
+    "CREATE INDEX steps_live ON steps(state) WHERE state = 'RUNNING'",
 ]
+#: `detail`: what a live step's bookkeeping needs after a restart of gqd (JSON: its run, -K,
+#: the nodes that reported and their exit codes).
 _COLUMNS = ("job_id", "step", "name", "state", "exit_code", "ntasks", "nodes", "start_time",
-            "end_time")
+            "end_time", "detail")
 
 
 def next_step(conn: sqlite3.Connection, job_id: int) -> int:
@@ -29,6 +32,13 @@ def put(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
     """Write a step's row (its start, or its end over the start)."""
     conn.execute(f"INSERT OR REPLACE INTO steps ({', '.join(_COLUMNS)}) VALUES "
                  f"({', '.join('?' * len(_COLUMNS))})", tuple(row[c] for c in _COLUMNS))
+
+
+def live(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The steps not ended yet (gqd loads them when it starts)."""
+    rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM steps WHERE state = 'RUNNING' "
+                        "ORDER BY job_id, step")
+    return [dict(zip(_COLUMNS, row)) for row in rows]
 
 
 def of_jobs(conn: sqlite3.Connection, job_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:

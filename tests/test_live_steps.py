@@ -10,7 +10,9 @@ partition faults), so that step orders and reports cross a real network."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -177,3 +179,25 @@ def test_srun_outside_a_job_says_it_needs_one(cluster: LiveCluster) -> None:
                           "import sys; from gq.slurm.srun import main; sys.exit(main())", "true"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "no job allocation" in out.stderr, out.stderr
+
+
+def test_a_step_outlives_a_restart_of_gqd(cluster: LiveCluster) -> None:
+    go = cluster.work / "go"
+    script = _script(cluster, "restart", f"""
+srun sh -c 'touch {cluster.work}/up.$SLURM_PROCID; while [ ! -e {go} ]; do sleep 0.1; done
+            exit $(( SLURM_PROCID == 2 ? 4 : 0 ))'
+echo "srun=$?"
+""")
+    job = _submit(cluster, script)
+    wait_for(lambda: len(list(cluster.work.glob("up.*"))) == 4, "the four tasks to start")
+    head = cluster.head_pid()
+    assert head is not None
+    os.kill(head, signal.SIGKILL)
+    wait_for(lambda: cluster.head_pid() is None, "gqd to die")
+    assert cluster.gq("up").returncode == 0, cluster.log("gqd")
+    go.touch()
+    done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    text = (cluster.work / f"restart-{job}.out").read_text()
+    assert done["state"] == "COMPLETED" and "srun=4\n" in text, text
+    history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
+    assert f"\n{job}.0|sh|" in history and "|FAILED|4|" in history, history

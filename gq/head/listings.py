@@ -15,6 +15,7 @@ from gq.head.actions import ref
 from gq.head import tokens
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
+from gq.head.steps import step_record
 from gq.head.views import pending_view
 from gq.model import JOB_FIELDS, Job, JobState, iso_time, job_record
 from gq.sched import Policy
@@ -112,7 +113,7 @@ class Listings:
                                   limit=HISTORY_MAX if limit is None else limit + 1,
                                   ids=msg.get("ids"), partition=msg.get("partition"))
         record, stats = job_record(), self._run_stats(jobs)
-        steps = {job_id: [_step_record(s) for s in rows]
+        steps = {job_id: [step_record(s) for s in rows]
                  for job_id, rows in self.store.steps_of(j.id for j in jobs).items()}
         return _paged(jobs, lambda j: {**record(j), **stats(j), "steps": steps.get(j.id, [])},
                       limit)
@@ -191,12 +192,6 @@ def _fields(msg: dict[str, Any]) -> list[str] | None:
             if not isinstance(name, str) or name not in JOB_FIELDS:
                 raise ProtocolError(f"{msg['type']}: unknown job field {name!r}")
     return fields
-
-
-def _step_record(row: dict[str, Any]) -> dict[str, Any]:
-    """A step as `gq history --json` shows it (gq.stepstore's row, its times in ISO form)."""
-    return {**row, "id": f"{row['job_id']}.{row['step']}", "nodes": row["nodes"].split(","),
-            "start_time": iso_time(row["start_time"]), "end_time": iso_time(row["end_time"])}
 
 
 def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],

@@ -11,6 +11,7 @@ ends CANCELLED (the job's own stop killed its tasks on every node).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from gq.errors import NotFoundError, PermissionDenied, RefusedError
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order, StepKillOrder, StepOrder
-from gq.model import Job, JobState, expand_pattern
+from gq.model import Job, JobState, expand_pattern, iso_time
 from gq.store import Store
 
 log = logging.getLogger("gq.head.steps")
@@ -54,16 +55,39 @@ class Step:
     end_time: float | None = None
 
     def row(self) -> dict[str, Any]:
+        detail = {"restart": self.restart, "kill_on_bad_exit": self.kill_on_bad_exit,
+                  "codes": self.codes, "first_bad": self.first_bad}
         return {"job_id": self.job_id, "step": self.step, "name": self.name,
                 "state": self.state, "exit_code": self.exit_code, "ntasks": self.ntasks,
                 "nodes": ",".join(self.nodes), "start_time": self.start_time,
-                "end_time": self.end_time}
+                "end_time": self.end_time, "detail": json.dumps(detail)}
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> Step:
+        """A live step as gqd wrote it (restarted, gqd takes up its steps again)."""
+        detail = json.loads(row["detail"] or "{}")
+        nodes = [n for n in row["nodes"].split(",") if n]
+        codes = {str(k): int(v) for k, v in (detail.get("codes") or {}).items()}
+        return cls(row["job_id"], row["step"], int(detail.get("restart", 0)), row["name"],
+                   nodes, row["ntasks"], row["start_time"],
+                   bool(detail.get("kill_on_bad_exit")), left=set(nodes) - set(codes),
+                   codes=codes, first_bad=detail.get("first_bad"))
+
+
+def step_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A step as srun and `gq history --json` see it: gq.stepstore's row, its id JOBID.STEP,
+    its times in ISO form, without gqd's bookkeeping."""
+    out = {k: v for k, v in row.items() if k != "detail"}
+    return {**out, "id": f"{row['job_id']}.{row['step']}",
+            "nodes": [n for n in row["nodes"].split(",") if n],
+            "start_time": iso_time(row["start_time"]), "end_time": iso_time(row["end_time"])}
 
 
 class Steps:
     def __init__(self, table: JobTable, store: Store, send: Callable[[list[Order]], None]):
         self.table, self.store, self.send = table, store, send
-        self.live: dict[tuple[int, int], Step] = {}
+        self.live: dict[tuple[int, int], Step] = {
+            (row["job_id"], row["step"]): Step.of_row(row) for row in stepstore.live(store.conn)}
 
     # ------------------------------------------------------------ requests
 
@@ -108,11 +132,11 @@ class Steps:
             self.sweep(now)
         step = self.live.get((job.id, msg["step"]))
         if step is not None:
-            return step.row()
+            return step_record(step.row())
         rows = stepstore.of_jobs(self.store.conn, [job.id]).get(job.id, [])
         for row in rows:
             if row["step"] == msg["step"]:
-                return row
+                return step_record(row)
         raise NotFoundError(f"job {job.id} has no step {msg['step']}")
 
     def req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
@@ -140,7 +164,9 @@ class Steps:
             out = [StepKillOrder(n, step.job_id, step.restart, step.step) for n in step.left]
         if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None:
             step.first_bad = step.codes[node]
-        if not step.left:
+        if step.left:
+            stepstore.put(self.store.conn, step.row())
+        else:
             code = layout_mod.worst(list(step.codes.values())) if step.first_bad is None \
                 else step.first_bad
             self._end(step, JobState.COMPLETED if code == 0 else JobState.FAILED, code, now)

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from gq import stepwire
+from gq.errors import UnreachableError
 from gq.slurm import common
 from gq.slurm.common import Failure
 
@@ -147,12 +148,16 @@ def run(argv: list[str]) -> int:
         job_id, step = fields["job_id"], started["step"]
         wait, cancelled = POLL_FIRST_S, False
         while True:
-            if stop and not cancelled:
-                client.request(stepwire.STEP_CANCEL, job_id=job_id, step=step)
-                cancelled = True
-            status = client.request(stepwire.STEP_STATUS, job_id=job_id, step=step)
-            if status["state"] != "RUNNING":
-                break
+            try:
+                if stop and not cancelled:
+                    client.request(stepwire.STEP_CANCEL, job_id=job_id, step=step)
+                    cancelled = True
+                status = client.request(stepwire.STEP_STATUS, job_id=job_id, step=step)
+                if status["state"] != "RUNNING":
+                    break
+            except UnreachableError:
+                # gqd restarting: the step goes on (gqd takes it up again); ask again.
+                status, wait = {}, POLL_MAX_S
             time.sleep(wait)
             wait = min(POLL_MAX_S, wait * 2)
     code = status.get("exit_code")
