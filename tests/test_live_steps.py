@@ -201,3 +201,25 @@ echo "srun=$?"
     assert done["state"] == "COMPLETED" and "srun=4\n" in text, text
     history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
     assert f"\n{job}.0|sh|" in history and "|FAILED|4|" in history, history
+
+
+def test_a_step_outlives_a_restart_of_a_gqnode(cluster: LiveCluster) -> None:
+    go = cluster.work / "go"
+    script = _script(cluster, "noderestart", f"""
+srun sh -c 'touch {cluster.work}/up.$SLURM_PROCID; while [ ! -e {go} ]; do sleep 0.1; done
+            echo "end $SLURM_PROCID"; exit $(( SLURM_PROCID == 3 ? 6 : 0 ))'
+echo "srun=$?"
+""")
+    job = _submit(cluster, script)
+    wait_for(lambda: len(list(cluster.work.glob("up.*"))) == 4, "the four tasks to start")
+    pid = cluster.node_pid("node2")
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)  # gqnode stops; its jobs and steps run on
+    wait_for(lambda: cluster.node_pid("node2") is None, "node2's gqnode to stop")
+    assert cluster.gq("up").returncode == 0, cluster.log("node2")
+    wait_for(lambda: "adopted 1 running jobs" in cluster.log("node2"), "node2 to adopt its run")
+    go.touch()
+    done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    text = (cluster.work / f"noderestart-{job}.out").read_text()
+    assert done["state"] == "COMPLETED" and "srun=6\n" in text, text
+    assert sorted(re.findall(r"^end (\d)$", text, re.M)) == ["0", "1", "2", "3"], text

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-import psutil
 import zmq
 
 from gq import defaults, keys, protocol, service, stepwire
@@ -32,6 +31,8 @@ from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
+from gq.node.runfiles import alive as _alive
+from gq.node.runfiles import proc_start as _proc_start
 from gq.node.steps import NodeSteps
 from gq.relay import Forwarder
 
@@ -127,7 +128,7 @@ class NodeDaemon:
             else:
                 self.isolation.adopted((job_id, restart), run_dir)
         self.isolation.sweep(set(self.runs))  # cgroups and /tmp of runs that are gone
-        self.steps.sweep()
+        self.steps.adopt()
         log.info("adopted %d running jobs; %d reports waiting", len(self.runs), len(self.outbox))
 
     def register(self) -> None:
@@ -189,6 +190,7 @@ class NodeDaemon:
         if now >= self._next_adopted_check:
             self._next_adopted_check = now + ADOPTED_CHECK_S
             self._check_adopted()
+            self.steps.check_adopted()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.heartbeat_s
             self.disk.check(writes_ok=not self.outbox.unwritten)
@@ -418,19 +420,3 @@ def reap_children() -> Iterator[tuple[int, int]]:
             return
         yield pid, status
 
-
-def _proc_start(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0
-
-
-def _alive(pid: int, started: float) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

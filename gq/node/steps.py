@@ -2,9 +2,9 @@
 node's tasks; its end is reported through the outbox (event STEP_ENDED, the worst exit code of
 the node's tasks); step kills, and the end of the job's run here, stop it.
 
-Each step has a directory `steps/J.R.S/` (gqnode's, 0700): its order, then its status.
-A step shepherd is gqnode's child; one that a restarted gqnode finds (not its child) is killed
-at start-up, and the step reported as ended by a signal, since no one could report its end.
+Each step has a directory `steps/J.R.S/` (gqnode's, 0700): its order, its shepherd's pid,
+then its status. A restarted gqnode adopts the step shepherds still alive (as it adopts runs'
+shepherds: not its children, so their liveness is polled) and reports the ends of the others.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from gq import stepwire
 from gq.fsutil import private_dir
 from gq.node import stepshepherd
 from gq.node.outbox import Outbox
+from gq.node.runfiles import alive as _alive
+from gq.node.runfiles import proc_start as _started
 
 log = logging.getLogger("gq.node.steps")
+PID_FILE = "shepherd"
 
 
 @dataclass
@@ -36,6 +39,9 @@ class StepRun:
     step: int
     dir: Path
     pid: int
+    #: The shepherd's start time (a recycled pid is never taken for it); whether it is our child.
+    started: float = 0.0
+    child: bool = True
 
 
 class NodeSteps:
@@ -62,12 +68,14 @@ class NodeSteps:
                               os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(msgpack.packb({**msg, "node": self.node}, use_bin_type=True))
             pid = stepshepherd.spawn(step_dir, run_dir)
+            started = _started(pid)
+            (step_dir / PID_FILE).write_text(f"{pid} {started}")
         except OSError as exc:
             log.error("job %d step %d: cannot start its tasks: %s", key[0], key[2], exc)
             shutil.rmtree(step_dir, ignore_errors=True)
             self._report(key, 1, f"gqnode cannot start the step: {exc}")
             return
-        self.runs[pid] = StepRun(*key, step_dir, pid)
+        self.runs[pid] = StepRun(*key, step_dir, pid, started)
         log.info("job %d step %d: tasks started (shepherd %d)", key[0], key[2], pid)
 
     def kill(self, job_id: int, restart: int | None = None, step: int | None = None,
@@ -93,18 +101,26 @@ class NodeSteps:
         shutil.rmtree(run.dir, ignore_errors=True)
         return True
 
-    def sweep(self) -> None:
-        """At start-up: steps a former gqnode started (their shepherds are no children of
-        ours, so no one would report them) are killed and reported."""
+    def adopt(self) -> None:
+        """At start-up: take up the steps a former gqnode started; those whose shepherd is gone
+        are reported ended."""
         with contextlib.suppress(OSError):
-            for entry in self.dir.iterdir():
+            for entry in sorted(self.dir.iterdir()):
                 try:
-                    key = tuple(int(x) for x in entry.name.split("."))
-                except ValueError:
+                    job_id, restart, step = (int(x) for x in entry.name.split("."))
+                    pid_text, started_text = (entry / PID_FILE).read_text().split()
+                    pid, started = int(pid_text), float(started_text)
+                except (ValueError, OSError):
+                    shutil.rmtree(entry, ignore_errors=True)  # never started, or not a step
                     continue
-                if len(key) == 3:
-                    self._report(key, 137, "gqnode restarted under the step")  # type: ignore
-                shutil.rmtree(entry, ignore_errors=True)
+                self.runs[pid] = StepRun(job_id, restart, step, entry, pid, started, child=False)
+        self.check_adopted()
+
+    def check_adopted(self) -> None:
+        """Report the adopted step shepherds that have ended (no SIGCHLD tells of them)."""
+        for run in [r for r in self.runs.values() if not r.child]:
+            if not _alive(run.pid, run.started):
+                self.reaped(run.pid)
 
     def _report(self, key: tuple[int, int, int], code: int, note: str) -> None:
         job_id, restart, step = key
@@ -112,3 +128,4 @@ class NodeSteps:
                          "event": stepwire.STEP_ENDED, "step": step, "exit_code": code,
                          "state": "COMPLETED" if code == 0 else "FAILED", "time": time.time(),
                          "note": note[:1000]})
+
