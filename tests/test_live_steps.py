@@ -112,6 +112,14 @@ srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
         assert len(held) == 2 and len(set(held)) == 2, tasks
         assert {int(g) for g in held} <= set(alloc[node]) and len(alloc[node]) == 2, alloc
     assert all(f"second 1 on {node}\n" in text for node in names), text
+    # gq submit --each-node: the command once on each node, as a step.
+    out = cluster.gq("submit", "--parsable", "-N", "2", "-g", "0", "--each-node", "-o",
+                     f"{cluster.work}/each-%j.out", "--wrap",
+                     'echo "each $SLURM_PROCID on $SLURMD_NODENAME"', check=True)
+    each = int(out.stdout.strip())
+    assert cluster.wait_state(each, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+    lines = sorted((cluster.work / f"each-{each}.out").read_text().splitlines())
+    assert lines == [f"each {i} on {node}" for i, node in enumerate(names)], lines
 
 
 def test_a_failing_task_fails_the_step_and_kill_on_bad_exit_ends_the_others(
@@ -144,6 +152,11 @@ exit 0
     assert rows[f"{job}.0"][5:7] == ["FAILED", "7"], history
     assert rows[f"{job}.1"][5:7] == ["FAILED", "5"], history
     assert rows[f"{job}.0"][12] == ",".join(names)
+    sacct = _sacct(cluster, "-j", str(job), "-P", "--format=JobID,State,ExitCode,NodeList")
+    assert sacct.splitlines()[1:] == [
+        f"{job}|COMPLETED|0:0|{_hostlist(names)}", f"{job}.0|FAILED|7:0|{_hostlist(names)}",
+        f"{job}.1|FAILED|5:0|{_hostlist(names)}"], sacct
+    assert _sacct(cluster, "-j", str(job), "-X", "-P", "-n", "-o", "JobID").split() == [str(job)]
 
 
 def test_cancel_kills_every_task_on_every_node(nodes: tuple[LiveCluster, list[str]]) -> None:
@@ -164,6 +177,19 @@ srun sh -c 'echo $$ > {pids}/$SLURM_PROCID.$SLURMD_NODENAME; exec sleep 300'
     wait_for(lambda: not any(_alive(p) for p in tasks), "every task to be killed")
     history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
     assert f"\n{job}.0|sh|" in history and "|CANCELLED|" in history, history
+
+
+def _sacct(cluster: LiveCluster, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-c",
+                          "import sys; from gq.slurm.sacct import main; sys.exit(main())", *args],
+                         env=cluster.env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _hostlist(names: list[str]) -> str:
+    from gq.hostlist import compress
+    return compress(names)
 
 
 def _alive(pid: int) -> bool:
