@@ -18,7 +18,8 @@ STEP_CANCEL = "step_cancel"
 # Head -> node: start this node's tasks of a step; stop them (gq/node/steps.py).
 STEP = "step"
 STEP_KILL = "step_kill"
-#: A node's REPORT event: its tasks of step `step` have all ended.
+#: A node's REPORT events: it started its tasks of step `step`; they have all ended.
+STEP_STARTED = "step_started"
 STEP_ENDED = "step_ended"
 
 CLIENT_REQUESTS = frozenset({STEP_LAUNCH, STEP_STATUS, STEP_CANCEL})

@@ -249,3 +249,27 @@ echo "srun=$?"
     text = (cluster.work / f"noderestart-{job}.out").read_text()
     assert done["state"] == "COMPLETED" and "srun=6\n" in text, text
     assert sorted(re.findall(r"^end (\d)$", text, re.M)) == ["0", "1", "2", "3"], text
+
+
+def test_a_step_order_a_node_missed_is_sent_again(cluster: LiveCluster) -> None:
+    go = cluster.work / "go"
+    script = _script(cluster, "missed", f"""
+while [ ! -e {go} ]; do sleep 0.1; done
+srun -n 2 sh -c 'echo "task $SLURM_PROCID on $SLURMD_NODENAME"'
+echo "srun=$?"
+""")
+    job = _submit(cluster, script)
+    cluster.wait_state(job, "RUNNING")
+    pid = cluster.node_pid("node2")
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: cluster.node_pid("node2") is None, "node2's gqnode to stop")
+    go.touch()  # srun asks for the step while node2's gqnode is away: its order is lost
+    wait_for(lambda: "unreachable" in cluster.log("gqd") or "step 0" in cluster.log("gqd"),
+             "gqd to send the step")
+    assert cluster.gq("up").returncode == 0, cluster.log("node2")
+    done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    text = (cluster.work / f"missed-{job}.out").read_text()
+    assert done["state"] == "COMPLETED" and "srun=0\n" in text, text
+    assert "task 0 on node1\n" in text and "task 1 on node2\n" in text, text
+    assert text.count("task 1 on node2") == 1, "the resent order started the task once"

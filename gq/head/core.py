@@ -78,7 +78,7 @@ class Head:
         self.tokens = Tokens(store)
         #: Job steps (srun); the registry hands them the nodes' step reports.
         self.steps = Steps(self.table, store, self.outbox.extend)
-        self.registry.step_ended = self.steps.node_ended
+        self.registry.step_report = self.steps.node_report
         #: The earliest `--begin` still ahead: a pass is due then.
         self.wake_at: float | None = None
         #: The views of the jobs the last pass could start (sbatch --test-only's queue).
@@ -256,6 +256,7 @@ class Head:
         self.outbox.extend(self.table.resend_due(now))
         if self.steps.live:
             self.steps.sweep(now)
+            self.outbox.extend(self.steps.resend_due(now))
         if self.wake_at is not None and now >= self.wake_at:
             self.wake_at = None
             self.table.touch()

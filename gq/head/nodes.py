@@ -47,8 +47,9 @@ class NodeRegistry:
         self.heard: dict[str, float] = {}
         #: Called when a node comes or its features change (where jobs may run changed).
         self.reshaped: Callable[[], None] = lambda: None
-        #: A node's report that its tasks of a step ended (gq/head/steps.py).
-        self.step_ended: Callable[[str, dict[str, Any], float], list[Order]] = \
+        #: A node's report that it started its tasks of a step, or that they ended
+        #: (gq/head/steps.py).
+        self.step_report: Callable[[str, dict[str, Any], float], list[Order]] = \
             lambda node, msg, now: []
 
     def load(self) -> None:
@@ -188,8 +189,8 @@ class NodeRegistry:
         if msg["event"] == protocol.STARTED:
             self.table.rank_started(job, node.name)
             return []
-        if msg["event"] == stepwire.STEP_ENDED:
-            return self.step_ended(node.name, msg, now)
+        if msg["event"] in (stepwire.STEP_STARTED, stepwire.STEP_ENDED):
+            return self.step_report(node.name, msg, now)
         if msg["event"] != protocol.FINISHED:
             return []
         out = self.table.rank_ended(job, node.name, str(msg.get("state") or "FAILED"),

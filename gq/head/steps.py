@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq import stepstore
+from gq import stepstore, stepwire
 from gq import steps as layout_mod
 from gq.errors import NotFoundError, PermissionDenied, RefusedError
 from gq.head.auth import Caller
@@ -31,6 +31,9 @@ log = logging.getLogger("gq.head.steps")
 
 #: Most live steps of one job (each holds processes on its nodes).
 MAX_LIVE_STEPS = 256
+#: A step order a node has not confirmed (its STEP_STARTED report) in this many seconds is
+#: sent to it again (it may have been away): the node starts a step's tasks once only.
+STEP_RESEND_S = 5.0
 
 
 @dataclass
@@ -53,6 +56,11 @@ class Step:
     state: str = JobState.RUNNING.value
     exit_code: int | None = None
     end_time: float | None = None
+    #: The order's fields, for resends, and when it was last sent (steady clock); the nodes
+    #: that confirmed it. Memory only: a step gqd took up after a restart is not resent.
+    order: dict[str, Any] | None = None
+    sent_at: float = 0.0
+    confirmed: set[str] = field(default_factory=set)
 
     def row(self) -> dict[str, Any]:
         detail = {"restart": self.restart, "kill_on_bad_exit": self.kill_on_bad_exit,
@@ -108,7 +116,8 @@ class Steps:
         name = msg.get("name") or os.path.basename(msg["argv"][0])[:256]
         step = Step(job.id, step_id, job.restart_count, name, [p.node for p in parts],
                     sum(len(p.tasks) for p in parts), now,
-                    bool(msg.get("kill_on_bad_exit")), left={p.node for p in parts})
+                    bool(msg.get("kill_on_bad_exit")), left={p.node for p in parts},
+                    sent_at=self.table.steady(now))
         self._put(step)
         stdout = self._path(msg.get("output"), msg["cwd"], job, step_id) \
             or job.output_path("output")
@@ -121,6 +130,7 @@ class Steps:
                   "master_addr": self.table.addr_of(nodelist[0]) or nodelist[0],
                   "cpus_per_task": msg.get("cpus_per_task"),
                   "grace_s": float(self.table.cfg.head.kill_grace_s)}
+        step.order = fields
         self.send([StepOrder(p.node, fields) for p in parts])
         log.info("job %d step %d: %d task(s) on %s", job.id, step_id, step.ntasks,
                  ",".join(step.nodes))
@@ -149,12 +159,16 @@ class Steps:
 
     # ------------------------------------------------------------ what nodes report
 
-    def node_ended(self, node: str, msg: dict[str, Any], now: float) -> list[Order]:
-        """`node`'s tasks of a step have all ended (its worst exit code in the report)."""
+    def node_report(self, node: str, msg: dict[str, Any], now: float) -> list[Order]:
+        """`node` started its tasks of a step, or they have all ended (its worst exit code in
+        the report)."""
         step = self.live.get((msg["job_id"], msg.get("step", -1)))
         if step is None or step.restart != msg["restart"] or node not in step.left:
             return []  # a step already ended (its job stopped), or a resent report
         self._keep(step)
+        step.confirmed.add(node)
+        if msg["event"] == stepwire.STEP_STARTED:
+            return []
         step.left.discard(node)
         code = msg.get("exit_code")
         step.codes[node] = 137 if code is None else int(code)
@@ -183,6 +197,17 @@ class Steps:
 
     # ------------------------------------------------------------ the parts
 
+    def resend_due(self, now: float) -> list[Order]:
+        """Step orders unconfirmed for STEP_RESEND_S, sent again to the nodes yet to confirm."""
+        steady, out = self.table.steady(now), []
+        for step in self.live.values():
+            missing = step.left - step.confirmed
+            if step.order is not None and missing and steady - step.sent_at > STEP_RESEND_S:
+                self._keep(step)
+                step.sent_at = steady
+                out += [StepOrder(n, step.order) for n in sorted(missing)]
+        return out
+
     def _job(self, job_id: int, caller: Caller, changing: bool = False) -> Job:
         job = self.table.jobs.get(job_id) or self.store.get_job(job_id)
         if job is None:
@@ -210,7 +235,8 @@ class Steps:
         stepstore.put(self.store.conn, step.row())
 
     def _keep(self, step: Step) -> None:
-        was = dataclasses.replace(step, left=set(step.left), codes=dict(step.codes))
+        was = dataclasses.replace(step, left=set(step.left), codes=dict(step.codes),
+                                  confirmed=set(step.confirmed))
         key = (step.job_id, step.step)
         self.table.journal.record(lambda: self.live.__setitem__(key, was))
 

@@ -219,6 +219,8 @@ class NodeDaemon:
             entry = self.outbox.ack(msg["seq"])
             if entry and entry.get("event") == protocol.FINISHED:
                 trash.remove(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}")
+            elif entry:
+                self.steps.acked(entry)
         elif kind == protocol.REREGISTER:
             self.register()
         elif kind == stepwire.STEP:

@@ -3,7 +3,8 @@ node's tasks; its end is reported through the outbox (event STEP_ENDED, the wors
 the node's tasks); step kills, and the end of the job's run here, stop it.
 
 Each step has a directory `steps/J.R.S/` (gqnode's, 0700): its order, its shepherd's pid,
-then its status. A restarted gqnode adopts the step shepherds still alive (as it adopts runs'
+then its status; it goes once gqd has the step's end, so that an order gqd sent again (it had
+not heard that the step started) never starts the tasks twice. A restarted gqnode adopts the step shepherds still alive (as it adopts runs'
 shepherds: not its children, so their liveness is polled) and reports the ends of the others.
 """
 
@@ -76,6 +77,8 @@ class NodeSteps:
             self._report(key, 1, f"gqnode cannot start the step: {exc}")
             return
         self.runs[pid] = StepRun(*key, step_dir, pid, started)
+        self.outbox.put({"node": self.node, "job_id": key[0], "restart": key[1],
+                         "event": stepwire.STEP_STARTED, "step": key[2], "time": time.time()})
         log.info("job %d step %d: tasks started (shepherd %d)", key[0], key[2], pid)
 
     def kill(self, job_id: int, restart: int | None = None, step: int | None = None,
@@ -98,12 +101,19 @@ class NodeSteps:
         self._report((run.job_id, run.restart, run.step),
                      code if isinstance(code, int) and not isinstance(code, bool) else 137,
                      str(status.get("note") or ("" if status else "its shepherd died")))
-        shutil.rmtree(run.dir, ignore_errors=True)
         return True
+
+    def acked(self, entry: dict[str, Any]) -> None:
+        """gqd has report `entry`: a step's end, whose directory may go now."""
+        if entry.get("event") == stepwire.STEP_ENDED:
+            shutil.rmtree(self.dir / f"{entry['job_id']}.{entry['restart']}.{entry['step']}",
+                          ignore_errors=True)
 
     def adopt(self) -> None:
         """At start-up: take up the steps a former gqnode started; those whose shepherd is gone
-        are reported ended."""
+        are reported ended (unless their end waits in the outbox)."""
+        reported = {(e["job_id"], e["restart"], e.get("step")) for e in self.outbox.entries()
+                    if e.get("event") == stepwire.STEP_ENDED}
         with contextlib.suppress(OSError):
             for entry in sorted(self.dir.iterdir()):
                 try:
@@ -113,6 +123,8 @@ class NodeSteps:
                 except (ValueError, OSError):
                     shutil.rmtree(entry, ignore_errors=True)  # never started, or not a step
                     continue
+                if (job_id, restart, step) in reported:
+                    continue  # ended; its directory goes when gqd acks the end
                 self.runs[pid] = StepRun(job_id, restart, step, entry, pid, started, child=False)
         self.check_adopted()
 
