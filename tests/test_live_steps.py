@@ -152,6 +152,9 @@ exit 0
     assert rows[f"{job}.0"][5:7] == ["FAILED", "7"], history
     assert rows[f"{job}.1"][5:7] == ["FAILED", "5"], history
     assert rows[f"{job}.0"][12] == ",".join(names)
+    shown = cluster.gq("show", str(job), check=True).stdout
+    assert f"Steps={job}.0:FAILED:7,{job}.1:FAILED:5" in shown, shown
+    assert [s["id"] for s in cluster.show(job)["steps"]] == [f"{job}.0", f"{job}.1"]
     sacct = _sacct(cluster, "-j", str(job), "-P", "--format=JobID,State,ExitCode,NodeList")
     assert sacct.splitlines()[1:] == [
         f"{job}|COMPLETED|0:0|{_hostlist(names)}", f"{job}.0|FAILED|7:0|{_hostlist(names)}",

@@ -102,6 +102,7 @@ class Listings:
                                                sum(usage.values()), len(usage))
         if job.id in self.table.reservations:
             data.update(self._expected(job))
+        data["steps"] = [step_record(s) for s in self.store.steps_of([job.id]).get(job.id, [])]
         return {"job": data}
 
     def req_history(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:

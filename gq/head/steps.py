@@ -21,6 +21,7 @@ from typing import Any
 from gq import stepstore, stepwire
 from gq import steps as layout_mod
 from gq.errors import NotFoundError, PermissionDenied, RefusedError
+from gq.head import reasons
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order, StepKillOrder, StepOrder
@@ -101,7 +102,7 @@ class Steps:
 
     def req_launch(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
         job = self._job(msg["job_id"], caller, changing=True)
-        if job.state != JobState.RUNNING or not job.alloc:
+        if job.state != JobState.RUNNING or not job.alloc or job.reason in reasons.STOPPING:
             raise RefusedError(f"job {job.id} is {job.state.value}, not running: srun starts "
                                "steps only inside a running job")
         if sum(1 for s in self.live.values() if s.job_id == job.id) >= MAX_LIVE_STEPS:

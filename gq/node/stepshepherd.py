@@ -10,6 +10,7 @@ code into its directory's status file for gqnode to report.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -40,6 +41,7 @@ def spawn(step_dir: Path, run_dir: Path) -> int:
     pid = os.fork()
     if pid:
         return pid
+    gc.freeze()  # as the run's shepherd: no collection copies gqnode's memory
     code = 1
     try:
         shepherd._detach(step_dir)
