@@ -41,7 +41,7 @@ CLIENT_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
                   "ntasks_per_node": (_OPT_INT, False), "gpus_per_task": (_OPT_INT, False),
                   "cpus_per_task": (_OPT_INT, False), "kill_on_bad_exit": (_BOOL, False),
                   "output": (_OPT_STR, False), "error": (_OPT_STR, False),
-                  "name": (_OPT_STR, False)},
+                  "name": (_OPT_STR, False), "label": (_BOOL, False)},
     # Reply: the step's record (gq.head.steps.Step.record): state RUNNING until every node's
     # tasks ended, exit_code.
     STEP_STATUS: {"job_id": (_INT, True), "step": (_INT, True)},
@@ -53,7 +53,8 @@ NODE_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
            "argv": (_LIST, True), "env": (_DICT, True), "cwd": (_STR, True),
            "layout": (_LIST, True), "stdout": (_STR, True), "stderr": (_STR, True),
            "kill_on_bad_exit": (_BOOL, False), "master_addr": (_STR, False),
-           "cpus_per_task": (_OPT_INT, False), "grace_s": (_NUM, False)},
+           "cpus_per_task": (_OPT_INT, False), "grace_s": (_NUM, False),
+           "label": (_BOOL, False)},
     # signal: TERM (then KILL after the step's grace) or KILL.
     STEP_KILL: {"job_id": (_INT, True), "restart": (_INT, True), "step": (_INT, True),
                 "signal": (_STR, False)},

@@ -40,7 +40,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                            "env": {"PATH": "/bin", "SLURM_JOB_ID": "1"}, "cwd": "/tmp",
                            "ntasks": 4, "nodes": 2, "ntasks_per_node": 2, "gpus_per_task": 1,
                            "cpus_per_task": 2, "kill_on_bad_exit": True, "output": "/tmp/o",
-                           "error": None, "name": "train"},
+                           "error": None, "name": "train", "label": True},
     stepwire.STEP_STATUS: {"rid": 21, "job_id": 1, "step": 0},
     stepwire.STEP_CANCEL: {"rid": 22, "job_id": 1, "step": 3},
     protocol.REGISTER: {"node": "node1", "gpus": [{"index": 0, "type": "a100",
@@ -68,7 +68,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                     "env": {"A": "1"}, "cwd": "/tmp",
                     "layout": [{"node": "node1", "node_id": 0, "tasks": [[0, 0, [0]]]}],
                     "stdout": "/tmp/o", "stderr": "/tmp/o", "kill_on_bad_exit": False,
-                    "master_addr": "node1", "cpus_per_task": None, "grace_s": 10.0},
+                    "master_addr": "node1", "cpus_per_task": None, "grace_s": 10.0,
+                    "label": False},
     stepwire.STEP_KILL: {"job_id": 1, "restart": 0, "step": 2, "signal": "KILL"},
     protocol.REPLY: {"rid": 1, "ok": True},
 }

@@ -89,6 +89,7 @@ echo "batch on $SLURMD_NODENAME"
 srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{TASK_LINE}'
 echo "srun=$?"
 srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
+srun -l -n 12 --ntasks-per-node 6 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
 """)
     job = _submit(cluster, script)
     done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
@@ -112,6 +113,9 @@ srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
         assert len(held) == 2 and len(set(held)) == 2, tasks
         assert {int(g) for g in held} <= set(alloc[node]) and len(alloc[node]) == 2, alloc
     assert all(f"second 1 on {node}\n" in text for node in names), text
+    # srun -l: each line with its task's id, padded to the widest (as Slurm's).
+    labelled = sorted(line for line in text.splitlines() if line.endswith(" labelled"))
+    assert labelled == [f"{i:>2}: {i} labelled" for i in range(12)], text
     # gq submit --each-node: the command once on each node, as a step.
     out = cluster.gq("submit", "--parsable", "-N", "2", "-g", "0", "--each-node", "-o",
                      f"{cluster.work}/each-%j.out", "--wrap",

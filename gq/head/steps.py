@@ -130,7 +130,8 @@ class Steps:
                   "kill_on_bad_exit": step.kill_on_bad_exit,
                   "master_addr": self.table.addr_of(nodelist[0]) or nodelist[0],
                   "cpus_per_task": msg.get("cpus_per_task"),
-                  "grace_s": float(self.table.cfg.head.kill_grace_s)}
+                  "grace_s": float(self.table.cfg.head.kill_grace_s),
+                  "label": bool(msg.get("label"))}
         step.order = fields
         self.send([StepOrder(p.node, fields) for p in parts])
         log.info("job %d step %d: %d task(s) on %s", job.id, step_id, step.ntasks,

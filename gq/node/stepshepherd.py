@@ -24,7 +24,7 @@ import msgpack
 
 from gq import steps as layout_mod
 from gq.fsutil import write_atomic
-from gq.node import shepherd, slurmenv
+from gq.node import labels, shepherd, slurmenv
 from gq.node.isolation import RunIsolation
 from gq.node.runfiles import LAUNCH_FILE
 
@@ -63,12 +63,13 @@ def run(step_dir: Path, run_dir: Path) -> int:
     order = msgpack.unpackb((step_dir / ORDER_FILE).read_bytes(), raw=False)
     try:
         launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
-        procs = _start(order, launch)
+        procs, copiers = _start(order, launch)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"gq step shepherd: cannot start the step's tasks: {exc}", file=sys.stderr)
         _write(step_dir, [127 if isinstance(exc, FileNotFoundError) else 126], str(exc))
         return 0
     codes, first_bad = _supervise(procs, order)
+    labels.finish(copiers)
     _write(step_dir, codes, "", first_bad)
     return 0
 
@@ -81,7 +82,9 @@ def _write(step_dir: Path, codes: list[int], note: str, first_bad: int | None = 
     write_atomic(step_dir / STATUS_FILE, json.dumps(status).encode(), mode=0o600, durable=False)
 
 
-def _start(order: dict[str, Any], launch: dict[str, Any]) -> list[subprocess.Popen[bytes]]:
+def _start(order: dict[str, Any], launch: dict[str, Any]
+           ) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
+    """The node's tasks, started; and the pids of their output's label copiers (srun -l)."""
     uid, gid, switch = shepherd.owner(launch["spec"])
     parts = layout_mod.from_wire(order["layout"])
     mine = next(p for p in parts if p.node == order["node"])
@@ -91,7 +94,8 @@ def _start(order: dict[str, Any], launch: dict[str, Any]) -> list[subprocess.Pop
         jail.cgroup.create_step()
     batch = shepherd.job_env(launch)
     env = {**order["env"], **{k: batch[k] for k in NODE_KEYS if k in batch}}
-    procs = []
+    procs, copiers = [], []
+    ntasks = sum(len(p.tasks) for p in parts)
     for task in mine.tasks:
         task_env = {**env, **layout_mod.task_env(
             parts, mine, task, job_id=order["job_id"], step_id=order["step"],
@@ -101,6 +105,8 @@ def _start(order: dict[str, Any], launch: dict[str, Any]) -> list[subprocess.Pop
             out = _open(order["stdout"], task.procid, mine.node_id)
             err = out if order["stderr"] == order["stdout"] else \
                 _open(order["stderr"], task.procid, mine.node_id)
+        if order.get("label"):  # the task writes to pipes, copied with its id before lines
+            out, err = _labelled(out, err, labels.prefix(task.procid, ntasks), copiers)
         # Started directly, never through the backend's `command` (systemd-run would make the
         # job's scope anew): `spawning` puts the task in the step's cgroup.
         argv, popen_switch = slurmenv.task_pid_argv(list(order["argv"])), switch
@@ -116,7 +122,21 @@ def _start(order: dict[str, Any], launch: dict[str, Any]) -> list[subprocess.Pop
             os.close(out)
             if err != out:
                 os.close(err)
-    return procs
+    return procs, copiers
+
+
+def _labelled(out: int, err: int, label: bytes, copiers: list[int]) -> tuple[int, int]:
+    """The pipes a labelled task writes its output and errors to (one, when they share a
+    file), each with its copier; the files' own descriptors are the copiers' now."""
+    pipe_out, pid = labels.start(out, label)
+    copiers.append(pid)
+    pipe_err = pipe_out
+    if err != out:
+        pipe_err, pid = labels.start(err, label)
+        copiers.append(pid)
+        os.close(err)
+    os.close(out)
+    return pipe_out, pipe_err
 
 
 def _open(pattern: str, procid: int, node_id: int) -> int:

@@ -2,8 +2,9 @@
 wait for it and exit with its status (the worst of its tasks' exit codes, as Slurm's srun).
 
 Options are Slurm's for a step: -n, -N, --ntasks-per-node, -c, --gpus-per-task, -o, -e,
--K/--kill-on-bad-exit, --export, -J; others a script passes (--exclusive, --gpu-bind,
---cpu-bind, --mpi, -u, -l ...) are taken and, where gq does nothing with them, left alone.
+-K/--kill-on-bad-exit, -l/--label, --export, -J; others a script passes (--exclusive,
+--gpu-bind, --cpu-bind, --mpi, -u ...) are taken and, where gq does nothing with them, left
+alone.
 Ctrl-C (SIGINT) or SIGTERM ends the step. Outside a job srun says it needs one.
 """
 
@@ -39,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-K", "--kill-on-bad-exit", action="store_true")
     p.add_argument("--export")
     p.add_argument("-J", "--job-name")
-    for flag in ("--exclusive", "--overlap", "-l", "--label", "-u", "--unbuffered", "-W",
-                 "--quiet", "-Q", "-v", "--verbose"):
+    p.add_argument("-l", "--label", action="store_true")
+    for flag in ("--exclusive", "--overlap", "-u", "--unbuffered", "-W", "--quiet", "-Q", "-v",
+                 "--verbose"):
         p.add_argument(flag, action="store_true", dest=f"ignored_{flag.strip('-')}")
     for valued in ("--gpu-bind", "--cpu-bind", "--mpi", "--distribution", "-m", "--mem",
                    "-t", "--time", "--gres", "-G", "--gpus", "--wait", "--mem-per-cpu",
@@ -129,7 +131,7 @@ def request(args: argparse.Namespace) -> dict[str, Any]:
             "cpus_per_task": args.cpus_per_task,
             "kill_on_bad_exit": bool(kill),
             "output": _absolute(args.output), "error": _absolute(args.error),
-            "name": args.job_name}
+            "name": args.job_name, "label": args.label}
 
 
 def _absolute(path: str | None) -> str | None:
