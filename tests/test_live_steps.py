@@ -171,14 +171,21 @@ def test_cancel_kills_every_task_on_every_node(nodes: tuple[LiveCluster, list[st
     pids = cluster.work / "pids"
     pids.mkdir()
     script = _script(cluster, "cancel", f"""
-srun sh -c 'echo $$ > {pids}/$SLURM_PROCID.$SLURMD_NODENAME; exec sleep 300'
+trap 'echo "the script got USR1"' USR1  # the script is signalled too (gq's default)
+srun sh -c 'trap "touch {pids}/usr1.$SLURM_PROCID" USR1
+           echo $$ > {pids}/$SLURM_PROCID.$SLURMD_NODENAME; while :; do sleep 0.1; done'
 """)
     job = _submit(cluster, script)
-    files = wait_for(lambda: (found := sorted(pids.iterdir())) and len(found) == 4 and found,
+    files = wait_for(lambda: (found := sorted(pids.glob("*.*node*"))) and len(found) == 4
+                     and all(f.read_text().endswith("\n") for f in found) and found,
                      "the four tasks to start")
     assert [f.name for f in files] == [f"{i}.{names[i // 2]}" for i in range(4)]
     tasks = [int(f.read_text()) for f in files]
     assert all(psutil.pid_exists(p) for p in tasks)
+    # gq cancel --signal reaches every task of the job's steps, on every node; they go on.
+    cluster.gq("cancel", "--signal", "USR1", str(job), check=True)
+    wait_for(lambda: len(list(pids.glob("usr1.*"))) == 4, "every task to get SIGUSR1")
+    assert all(_alive(p) for p in tasks) and cluster.show(job)["state"] == "RUNNING"
     cluster.gq("cancel", str(job), check=True)
     cluster.wait_state(job, "CANCELLED")
     wait_for(lambda: not any(_alive(p) for p in tasks), "every task to be killed")

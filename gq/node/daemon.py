@@ -294,8 +294,9 @@ class NodeDaemon:
             return
         sig = msg.get("signal", "TERM")
         no_kill = bool(msg.get("no_kill")) and sig != "KILL"
-        if not no_kill:  # the job's steps here end with it
-            self.steps.kill(run.job_id, run.restart, sig="KILL" if sig == "KILL" else "TERM")
+        if not msg.get("batch_only"):  # the job's steps here get its signal (and end with it)
+            self.steps.kill(run.job_id, run.restart, sig=sig, grace_s=msg.get("grace_s"),
+                            no_kill=no_kill)
         if sig != "KILL":
             try:
                 shepherd.order_stop(run.dir, sig, msg.get("batch_only", False), msg.get("grace_s"),

@@ -51,8 +51,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 _MAX_NOTE, _STATUS_RETRY_S = 1000, 1.0
 #: What a job's other nodes run instead of its batch script, which runs on the first node only
 #: (Slurm's): a process that holds the allocation (its cgroup, its time limit) for the steps
-#: srun starts there, until the job ends and gqd stops it.
-HOLDER_ARGV = ["/bin/sh", "-c", "exec sleep 2147483647"]
+#: srun starts there, until the job ends and gqd stops it (TERM, KILL). The signals a job is
+#: sent to act on (`gq cancel --signal`, `--signal`) are for its script and tasks: ignored.
+HOLDER_ARGV = ["/bin/sh", "-c", "trap '' HUP INT QUIT USR1 USR2 ALRM PIPE; exec sleep 2147483647"]
 
 
 def _libc_prctl() -> Any:

@@ -24,7 +24,7 @@ import msgpack
 
 from gq import stepwire
 from gq.fsutil import private_dir
-from gq.node import stepshepherd
+from gq.node import shepherd, stepshepherd
 from gq.node.outbox import Outbox
 from gq.node.runfiles import alive as _alive
 from gq.node.runfiles import proc_start as _started
@@ -82,14 +82,25 @@ class NodeSteps:
         log.info("job %d step %d: tasks started (shepherd %d)", key[0], key[2], pid)
 
     def kill(self, job_id: int, restart: int | None = None, step: int | None = None,
-             sig: str = "TERM") -> None:
-        """Stop the job's steps here (those of run `restart`, or only step `step`)."""
-        number = signal.SIGUSR1 if sig == "KILL" else signal.SIGTERM
+             sig: str = "TERM", grace_s: float | None = None, no_kill: bool = False) -> None:
+        """Stop the job's steps here (those of run `restart`, or only step `step`): KILL at
+        once; else `sig` to their tasks, then KILL after `grace_s` (the step's grace when
+        None), or (`no_kill`) only `sig`. The shepherd reads how from its stop order, as the
+        run's does (gq.node.shepherd.order_stop)."""
         for run in self.runs.values():
-            if run.job_id == job_id and restart in (None, run.restart) \
-                    and step in (None, run.step):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(run.pid, number)
+            if run.job_id != job_id or restart not in (None, run.restart) \
+                    or step not in (None, run.step):
+                continue
+            if sig != "KILL":
+                try:
+                    shepherd.order_stop(run.dir, sig, False, grace_s, no_kill=no_kill)
+                except OSError as exc:
+                    log.warning("job %d step %d: cannot write its stop order (%s)%s", job_id,
+                                run.step, exc, ": not signalled" if no_kill else "")
+                    if no_kill:
+                        continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(run.pid, signal.SIGUSR1 if sig == "KILL" else signal.SIGTERM)
 
     def reaped(self, pid: int) -> bool:
         """A child ended: True if it was a step shepherd (its end is queued for gqd)."""

@@ -68,7 +68,7 @@ def run(step_dir: Path, run_dir: Path) -> int:
         print(f"gq step shepherd: cannot start the step's tasks: {exc}", file=sys.stderr)
         _write(step_dir, [127 if isinstance(exc, FileNotFoundError) else 126], str(exc))
         return 0
-    codes, first_bad = _supervise(procs, order)
+    codes, first_bad = _supervise(procs, order, step_dir)
     labels.finish(copiers)
     _write(step_dir, codes, "", first_bad)
     return 0
@@ -147,10 +147,12 @@ def _open(pattern: str, procid: int, node_id: int) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-def _supervise(procs: list[subprocess.Popen[bytes]], order: dict[str, Any]
+def _supervise(procs: list[subprocess.Popen[bytes]], order: dict[str, Any], step_dir: Path
                ) -> tuple[list[int], int | None]:
     """Wait for every task; their exit codes (128 + the signal for one killed), and under
-    --kill-on-bad-exit the first failing one's (None: none failed, or no -K)."""
+    --kill-on-bad-exit the first failing one's (None: none failed, or no -K). gqnode's
+    SIGTERM passes on its stop order (a signal, then KILL after a grace, or the signal
+    alone); SIGUSR1 kills at once."""
     grace = float(order.get("grace_s", 10.0))
     codes: dict[int, int] = {}
     kill_at: float | None = None
@@ -176,8 +178,10 @@ def _supervise(procs: list[subprocess.Popen[bytes]], order: dict[str, Any]
         if info.si_signo == signal.SIGUSR1:
             _signal(procs, codes, signal.SIGKILL)
         elif not stopping:
-            stopping, kill_at = True, time.monotonic() + grace
-            _signal(procs, codes, signal.SIGTERM)
+            stop = shepherd._stop_order(step_dir, grace)
+            if not stop.no_kill:
+                stopping, kill_at = True, time.monotonic() + stop.grace_s
+            _signal(procs, codes, stop.signum)
     return [codes[i] for i in range(len(procs))], first_bad
 
 

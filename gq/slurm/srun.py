@@ -145,6 +145,10 @@ def run(argv: list[str]) -> int:
     stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _: stop.append(signum))
+    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+        # `gq cancel --signal USR1` signals the script's process group, srun with it, and
+        # each node's step tasks itself: srun goes on waiting for them.
+        signal.signal(sig, signal.SIG_IGN)
     with common.client() as client:
         started = client.request(stepwire.STEP_LAUNCH, **fields)
         job_id, step = fields["job_id"], started["step"]
