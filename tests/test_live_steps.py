@@ -287,3 +287,21 @@ echo "srun=$?"
     assert done["state"] == "COMPLETED" and "srun=0\n" in text, text
     assert "task 0 on node1\n" in text and "task 1 on node2\n" in text, text
     assert text.count("task 1 on node2") == 1, "the resent order started the task once"
+
+
+def test_the_time_limit_ends_every_task_on_every_node(cluster: LiveCluster) -> None:
+    pids = cluster.work / "pids"
+    pids.mkdir()
+    script = _script(cluster, "limit", f"""
+srun sh -c 'echo $$ > {pids}/$SLURM_PROCID; exec sleep 300'
+""")
+    out = cluster.gq("submit", "--parsable", "-t", "0:04", str(script), check=True)
+    job = int(out.stdout.strip())
+    files = wait_for(lambda: (found := sorted(pids.iterdir())) and len(found) == 4
+                     and all(f.read_text().endswith("\n") for f in found) and found,
+                     "the four tasks to start")
+    tasks = [int(f.read_text()) for f in files]
+    assert cluster.wait_state(job, "TIMEOUT", "COMPLETED", "FAILED")["state"] == "TIMEOUT"
+    wait_for(lambda: not any(_alive(p) for p in tasks), "every task to be killed")
+    history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
+    assert f"\n{job}.0|sh|" in history and "|CANCELLED|" in history, history

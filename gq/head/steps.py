@@ -54,6 +54,9 @@ class Step:
     #: Under --kill-on-bad-exit, the exit code of the first node that failed: the step's
     #: (the others' tasks were killed for it).
     first_bad: int | None = None
+    #: A node's tasks were stopped (a cancel, srun's Ctrl-C): the step ends CANCELLED, but
+    #: for a failure under -K, which ends it FAILED.
+    cancelled: bool = False
     state: str = JobState.RUNNING.value
     exit_code: int | None = None
     end_time: float | None = None
@@ -65,7 +68,8 @@ class Step:
 
     def row(self) -> dict[str, Any]:
         detail = {"restart": self.restart, "kill_on_bad_exit": self.kill_on_bad_exit,
-                  "codes": self.codes, "first_bad": self.first_bad}
+                  "codes": self.codes, "first_bad": self.first_bad,
+                  "cancelled": self.cancelled}
         return {"job_id": self.job_id, "step": self.step, "name": self.name,
                 "state": self.state, "exit_code": self.exit_code, "ntasks": self.ntasks,
                 "nodes": ",".join(self.nodes), "start_time": self.start_time,
@@ -80,7 +84,8 @@ class Step:
         return cls(row["job_id"], row["step"], int(detail.get("restart", 0)), row["name"],
                    nodes, row["ntasks"], row["start_time"],
                    bool(detail.get("kill_on_bad_exit")), left=set(nodes) - set(codes),
-                   codes=codes, first_bad=detail.get("first_bad"))
+                   codes=codes, first_bad=detail.get("first_bad"),
+                   cancelled=bool(detail.get("cancelled")))
 
 
 def step_record(row: dict[str, Any]) -> dict[str, Any]:
@@ -174,18 +179,23 @@ class Steps:
         step.left.discard(node)
         code = msg.get("exit_code")
         step.codes[node] = 137 if code is None else int(code)
+        step.cancelled = step.cancelled or msg.get("state") == JobState.CANCELLED.value
         out: list[Order] = []
         if step.kill_on_bad_exit and step.codes[node] != 0 and step.left:
             # srun -K: the first failing task ends the step everywhere.
             out = [StepKillOrder(n, step.job_id, step.restart, step.step) for n in step.left]
-        if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None:
+        if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None \
+                and msg.get("state") != JobState.CANCELLED.value:
             step.first_bad = step.codes[node]
         if step.left:
             stepstore.put(self.store.conn, step.row())
         else:
             code = layout_mod.worst(list(step.codes.values())) if step.first_bad is None \
                 else step.first_bad
-            self._end(step, JobState.COMPLETED if code == 0 else JobState.FAILED, code, now)
+            state = JobState.FAILED if step.first_bad is not None else \
+                JobState.CANCELLED if step.cancelled else \
+                JobState.COMPLETED if code == 0 else JobState.FAILED
+            self._end(step, state, code, now)
         return out
 
     def sweep(self, now: float) -> None:
