@@ -1,0 +1,395 @@
+"""The messages between gqd and gqnode, typed: one frozen dataclass per message type.
+
+Each is declared once, here. From the declaration come its schema (a field's wire types from its
+annotation, required when it has no default, plus the rules for what its container fields hold:
+gq.schema), its wire form (`wire`: a map with the fields' names as keys, which gq.protocol packs
+with the version and type) and its decoding (`from_wire`, of a map gq.protocol has checked
+against the schema, so it cannot fail). gq.protocol.decode_message and encode_message are the
+two ends. A field's RANGES and LENGTHS are those of its name (gq.schema), as for every message.
+
+Client requests and their replies (the CLI, the relay, gq api) are still plain maps
+(gq.protocol's schemas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, ClassVar, TypeVar, Union
+
+from gq import schema as s
+from gq.errors import ProtocolError
+from gq.model import Gpu
+from gq.unpack import clip
+
+# Node -> head.
+REGISTER = "register"
+HEARTBEAT = "heartbeat"
+REPORT = "report"
+# Head -> node.
+LAUNCH = "launch"
+KILL = "kill"
+ACK = "ack"
+REREGISTER = "reregister"
+
+#: Report events a node sends about a job run.
+STARTED = "started"
+FINISHED = "finished"
+
+#: Longest note a node sends with a job's end (why it failed to start).
+MAX_NOTE = 1000
+
+_M = TypeVar("_M", bound="Message")
+_R = TypeVar("_R")
+#: A value to its wire form, or back; None: it is its own.
+_Convert = Union[Callable[[Any], Any], None]
+#: A declared type's fields: (name, required, to the wire, from it), in declaration order.
+_Table = tuple[tuple[str, bool, _Convert, _Convert], ...]
+_TABLES: dict[type, _Table] = {}
+_READERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
+_SCALARS: dict[Any, tuple[type, ...]] = {int: s.INT, float: s.NUM, str: s.STR, bool: s.BOOL}
+
+
+class Message:
+    """A message type; its fields are its dataclass's."""
+
+    __slots__ = ()
+    TYPE: ClassVar[str]
+    SCHEMA: ClassVar[s.Schema]
+    RULES: ClassVar[s.Rules]
+
+    def wire(self) -> dict[str, Any]:
+        """The fields as they go on the wire; an optional field holding None is left out
+        (absent reads as None)."""
+        return _to_wire(self)
+
+    @classmethod
+    def from_wire(cls: type[_M], msg: dict[str, Any]) -> _M:
+        """The message of a map that passed SCHEMA and RULES (fields it does not declare, a
+        newer peer's, are not read)."""
+        return _from_wire(cls, msg)
+
+
+def _to_wire(obj: Any) -> dict[str, Any]:
+    out = {}
+    for name, required, to_wire, _ in _TABLES[type(obj)]:
+        value = getattr(obj, name)
+        if value is None and not required:
+            continue
+        out[name] = value if to_wire is None else to_wire(value)
+    return out
+
+
+def _from_wire(cls: type[_R], msg: dict[str, Any]) -> _R:
+    return _READERS[cls](msg)  # type: ignore[no-any-return]
+
+
+def _reader(cls: type, table: _Table) -> Callable[[dict[str, Any]], Any]:
+    """A function making a `cls` of its checked wire form, generated for speed: every report,
+    heartbeat and launch goes through one, and the dataclass's own __init__ (each field set
+    through the frozen class's object.__setattr__) cost a report's decoding a quarter more.
+    It sets each slot directly (a class without slots, gq.model's, gets its fields as keyword
+    arguments); a required field is there (the schema said so), an absent one takes its
+    default."""
+    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    slots = all(isinstance(getattr(cls, name, None), types.MemberDescriptorType)
+                for name, *_ in table)
+    lines = ["def read(msg):", "    obj = _new(_cls)" if slots else "    kw = {}"]
+    defaults = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for i, (name, required, _, from_wire) in enumerate(table):
+        f = defaults[name]
+        if required:
+            value = f"msg[{name!r}]"
+        else:
+            if f.default_factory is not dataclasses.MISSING:
+                env[f"_factory{i}"] = f.default_factory
+                lines.append(f"    v = msg[{name!r}] if {name!r} in msg else _factory{i}()")
+            else:
+                env[f"_default{i}"] = f.default
+                lines.append(f"    v = msg.get({name!r}, _default{i})")
+            value = "v"
+        if from_wire is not None:
+            env[f"_conv{i}"] = from_wire
+            value = f"(None if {value} is None else _conv{i}({value}))" if not required \
+                else f"_conv{i}({value})"
+        if slots:
+            env[f"_set{i}"] = getattr(cls, name).__set__  # the slot's own setter
+            lines.append(f"    _set{i}(obj, {value})")
+        else:
+            lines.append(f"    kw[{name!r}] = {value}")
+    lines.append("    return obj" if slots else "    return _cls(**kw)")
+    exec("\n".join(lines), env)  # noqa: S102 (our own declarations only)
+    return env["read"]  # type: ignore[no-any-return]
+
+
+def _form(hint: Any) -> tuple[tuple[type, ...], _Convert, _Convert]:
+    """A field's wire types, and its conversions to and from the wire, from its annotation:
+    int, float (an int too), str, bool; tuple[X, ...] a list (of declared records, of pairs);
+    dict[...] a map; a declared record a map; `X | None` also None."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    none: tuple[type, ...] = ()
+    if origin in (Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            raise TypeError(f"no wire form for {hint!r}")
+        none, hint = (type(None),), rest[0]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint in _SCALARS:
+        return _SCALARS[hint] + none, None, None
+    if origin is dict:
+        return s.DICT + none, None, None
+    if isinstance(hint, type) and hint in _TABLES:
+        return s.DICT + none, _to_wire, partial(_from_wire, hint)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = args[0]
+        if isinstance(item, type) and item in _TABLES:
+            return (s.LIST + none, lambda v: [_to_wire(i) for i in v],
+                    lambda v: tuple(_from_wire(item, i) for i in v))
+        if typing.get_origin(item) is tuple:  # pairs: lists on the wire
+            return s.LIST + none, None, lambda v: tuple(map(tuple, v))
+        return s.LIST + none, None, tuple
+    raise TypeError(f"no wire form for {hint!r}")
+
+
+def _declare(cls: type[_R], **rules: s.Rule) -> type[_R]:
+    """Derive a dataclass's wire table (and, for a Message, its SCHEMA and RULES)."""
+    hints = typing.get_type_hints(cls)
+    table, schema = [], {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        types_, to_wire, from_wire = _form(hints[f.name])
+        required = f.default is dataclasses.MISSING and \
+            f.default_factory is dataclasses.MISSING
+        table.append((f.name, required, to_wire, from_wire))
+        schema[f.name] = (types_, required)
+    unknown = set(rules) - set(schema)
+    if unknown:
+        raise TypeError(f"{cls.__name__}: rules for fields it does not have: {unknown}")
+    _TABLES[cls] = tuple(table)
+    _READERS[cls] = _reader(cls, _TABLES[cls])
+    if issubclass(cls, Message):
+        cls.SCHEMA, cls.RULES = schema, rules
+    return cls
+
+
+def schema_of(cls: type) -> s.Schema:
+    """The schema of a declared record (a message's: its SCHEMA)."""
+    return {name: (_form(typing.get_type_hints(cls)[name])[0], required)
+            for name, required, _, _ in _TABLES[cls]}
+
+
+# ---------------------------------------------------------------- records inside messages
+
+_declare(Gpu)  # a GPU as a node registers it (gq.model)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayTask:
+    """What the shepherd needs of a job's record beyond its spec: which array task the job is
+    (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID); None for a job that is none."""
+
+    array_job_id: int | None = None
+    array_index: int | None = None
+
+
+_declare(ArrayTask)
+GPU_SCHEMA = schema_of(Gpu)
+#: What `gq nodes` shows of a GPU besides its telemetry (no reading may take these names).
+_GPU_FIELDS = frozenset({*GPU_SCHEMA, "job"})
+
+
+def _telemetry(key: str, value: dict[Any, Any], what: str) -> None:
+    """GPU index (as text) -> reading name -> a number (or None); a reading may not take the
+    name of a GPU's own field, with which `gq nodes` shows it."""
+    if len(value) > s.COUNTS["telemetry"]:
+        raise ProtocolError(f"{what}: {key!r} has over {s.COUNTS['telemetry']} GPUs")
+    for gpu, readings in value.items():
+        if type(gpu) is not str or not s.GPU_INDEX.fullmatch(gpu) or type(readings) is not dict \
+                or len(readings) > s.MAX_READINGS:
+            raise ProtocolError(f"{what}: {key!r} must map GPU indices to readings, not "
+                                f"{clip(gpu)} to {clip(readings)}")
+        for name, reading in readings.items():
+            kind = type(reading)
+            if type(name) is not str or len(name) > 64 or name in _GPU_FIELDS or not (
+                    reading is None or (kind is int and s.ANY_INT[0] <= reading <= s.ANY_INT[1])
+                    or (kind is float and math.isfinite(reading))):
+                raise ProtocolError(f"{what}: {key!r} of GPU {gpu}: reading {clip(name)} is "
+                                    f"{clip(reading)}, not a number")
+
+
+# ---------------------------------------------------------------- node -> head
+
+
+@dataclass(frozen=True, slots=True)
+class Register(Message):
+    """What a node has, and the runs it still holds."""
+
+    TYPE: ClassVar[str] = REGISTER
+    node: str
+    gpus: tuple[Gpu, ...]
+    cpus: int
+    #: Bytes.
+    mem: int
+    #: (job_id, restart) of every run the node holds, alive or ended with its report not yet
+    #: acked; the head requeues a run it knows started there and that is missing.
+    running: tuple[tuple[int, int], ...]
+    #: Where its GPUs are read from (nvml, fake ...), for the head's log.
+    gpu_source: str = ""
+    #: How its peers reach it ("": by its name).
+    addr: str = ""
+    #: Its features (--features, [node] features), which jobs' --constraint names.
+    features: tuple[str, ...] = ()
+
+
+_declare(Register, gpus=s.each_map(GPU_SCHEMA), running=s.int_pairs("job_id", "restart"),
+         features=s.STRINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Message):
+    """A node is alive; how its GPUs are, and what is wrong with it."""
+
+    TYPE: ClassVar[str] = HEARTBEAT
+    node: str
+    #: GPU index (as text) -> reading (util, mem_used, temp ...) -> a number, None if unknown.
+    telemetry: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    #: Faults that make results suspect, one line each: gqd drains the node and requeues its
+    #: jobs.
+    health: tuple[str, ...] = ()
+    #: Why the node's state disk cannot take a job (None or "": it can); gqd drains the node
+    #: while it says so and lets its running jobs go on.
+    disk: str | None = None
+
+
+_declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class Report(Message):
+    """A run started or finished on the node: kept in its outbox until gqd acks `seq`."""
+
+    TYPE: ClassVar[str] = REPORT
+    node: str
+    #: The outbox's sequence number (0 until the outbox gives it one).
+    seq: int
+    job_id: int
+    restart: int
+    #: STARTED or FINISHED.
+    event: str
+    time: float
+    #: A finished run's state, exit code and why (a failed start, a node fault).
+    state: str | None = None
+    exit_code: int | None = None
+    note: str | None = None
+    #: What the run used (bytes, seconds: Slurm's MaxRSS and TotalCPU), when the node knows.
+    max_rss: int | None = None
+    cpu_s: float | None = None
+
+
+_declare(Report)
+
+
+def usage_fields(status: dict[str, Any]) -> dict[str, Any]:
+    """A finished report's usage fields from a run's status: those it knows, checked as
+    Report's schema checks them (a bad one is left out rather than the report refused)."""
+    out: dict[str, Any] = {}
+    rss, cpu = status.get("max_rss"), status.get("cpu_s")
+    if isinstance(rss, int) and not isinstance(rss, bool) and 0 <= rss <= s.I64:
+        out["max_rss"] = rss
+    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and math.isfinite(cpu) \
+            and cpu >= 0:
+        out["cpu_s"] = cpu
+    return out
+
+
+# ---------------------------------------------------------------- head -> node
+
+
+@dataclass(frozen=True, slots=True)
+class Launch(Message):
+    """Start one rank of a job's run: what its shepherd needs, and no more."""
+
+    TYPE: ClassVar[str] = LAUNCH
+    job_id: int
+    restart: int
+    #: The job's spec (gq.spec's fields), from which the shepherd runs it.
+    spec: dict[str, Any]
+    #: This node's GPUs for the run.
+    gpus: tuple[int, ...]
+    rank: int
+    nodelist: tuple[str, ...]
+    #: 0: no limit.
+    time_limit_s: int
+    stdout: str
+    stderr: str
+    #: Which array task the job is. (Older gqds send the whole job record here, of which
+    #: older gqnodes read just these.)
+    job: ArrayTask
+    #: Seconds from a stop's signal to SIGKILL.
+    grace_s: float = 10.0
+    #: GQ_CHECKPOINT_DIR ("": under the job's home).
+    checkpoint_dir: str = ""
+    #: MASTER_ADDR of a multi-node job ("": the first node).
+    master_addr: str = ""
+    #: The cluster's name (SLURM_CLUSTER_NAME).
+    cluster: str = ""
+
+
+_declare(Launch, gpus=s.each_item(s.INT, like="index"), nodelist=s.STRINGS,
+         job=s.one_map(schema_of(ArrayTask)))
+
+
+@dataclass(frozen=True, slots=True)
+class Kill(Message):
+    """Stop (or, `no_kill`, only signal) a run."""
+
+    TYPE: ClassVar[str] = KILL
+    job_id: int
+    restart: int
+    #: KILL (at once), or a name (TERM, USR1 ...) sent to the job's process group (only its
+    #: top process with batch_only), then SIGKILL after grace_s (None: the launch's).
+    signal: str = "TERM"
+    batch_only: bool = False
+    grace_s: float | None = None
+    #: `gq cancel --signal`: only the signal; the job is not ended.
+    no_kill: bool = False
+
+
+_declare(Kill)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Message):
+    """The head holds the node's report `seq`: the node may forget it."""
+
+    TYPE: ClassVar[str] = ACK
+    seq: int
+
+
+_declare(Ack)
+
+
+@dataclass(frozen=True, slots=True)
+class Reregister(Message):
+    """The head does not know the node's connection (it restarted, or rolled a registration
+    back): the node registers again."""
+
+    TYPE: ClassVar[str] = REREGISTER
+
+
+_declare(Reregister)
+
+NodeMessage = Union[Register, Heartbeat, Report]
+HeadMessage = Union[Launch, Kill, Ack, Reregister]
+#: Every typed message type by its name.
+TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in (
+    Register, Heartbeat, Report, Launch, Kill, Ack, Reregister)}
+#: Type name -> the function making its message of a checked map (from_wire's).
+READERS: dict[str, Callable[[dict[str, Any]], Message]] = {
+    kind: _READERS[cls] for kind, cls in TYPES.items()}
+NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
+HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
