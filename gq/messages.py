@@ -255,8 +255,9 @@ class Heartbeat(Message):
 
     TYPE: ClassVar[str] = HEARTBEAT
     node: str
-    #: GPU index (as text) -> reading (util, mem_used, temp ...) -> a number, None if unknown.
-    telemetry: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    #: GPU index (as text) -> reading (util, mem_used, temp ...) -> a number, None if unknown
+    #: (the rules check that; Any, as a dict of ints is no dict of floats to mypy).
+    telemetry: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Faults that make results suspect, one line each: gqd drains the node and requeues its
     #: jobs.
     health: tuple[str, ...] = ()

@@ -33,12 +33,13 @@ import msgpack
 
 from gq.errors import GqError
 from gq.fsutil import write_atomic
+from gq.messages import Launch
 from gq.model import JobSignal, JobState, parse_signal
 from gq.node.isolation import RunIsolation, SetupError
 # The run directory's files, named here too (gqnode and the tests use them as shepherd.X).
 from gq.node.runfiles import (  # noqa: F401
     JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
-    open_ours, read_pid, read_record, read_status, read_trusted, record)
+    RunOrder, open_ours, read_order, read_pid, read_record, read_status, read_trusted, record)
 from gq.node import slurmenv
 from gq.slurm import shims
 
@@ -119,14 +120,15 @@ class _LazyLog(io.TextIOBase):
 
 
 def run(run_dir: Path) -> int:
-    launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
+    order = read_order(run_dir)
+    launch = order.launch
     signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     adopter = _adopt_orphans()
     started = time.time()  # for the status (a date); the limit counts from `began`
     began = time.monotonic()
-    jail = RunIsolation.of(launch)  # its cgroup and private /tmp (gq.node.isolation)
+    jail = RunIsolation(order.isolation)  # its cgroup and private /tmp (gq.node.isolation)
     try:
-        proc = _start(run_dir, launch, jail)
+        proc = _start(run_dir, order, jail)
     except OSError as exc:
         jail.finish(lambda: _reap_orphans(0))
         if isinstance(exc, SetupError):  # the node's fault: requeued, and the node drained
@@ -179,9 +181,9 @@ def _reap_orphans(job_pid: int) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def _start(run_dir: Path, launch: dict[str, Any], jail: RunIsolation
-           ) -> subprocess.Popen[bytes]:
-    spec = launch["spec"]
+def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Popen[bytes]:
+    launch = order.launch
+    spec = launch.spec
     uid, gid = spec["uid"], spec["gid"]
     if os.geteuid() != 0 and uid != os.geteuid():
         # Only root can become the job's owner; running it as gqnode's user instead would be
@@ -195,15 +197,15 @@ def _start(run_dir: Path, launch: dict[str, Any], jail: RunIsolation
     if switch:
         os.chown(script, uid, gid)
         os.chown(run_dir, uid, gid)
-    env = job_env(launch, str(shims.ensure(run_dir.parent.parent / "slurm-bin")))
+    env = job_env(order, str(shims.ensure(run_dir.parent.parent / "slurm-bin")))
     # --open-mode: append, truncate; else truncate the first run's files, append a requeue's.
-    mode = launch["spec"].get("open_mode")
-    append = mode == "append" or (mode is None and launch["restart"] > 0)
+    mode = spec.get("open_mode")
+    append = mode == "append" or (mode is None and launch.restart > 0)
     with _as_user(uid, gid, switch):
         os.makedirs(env["GQ_CHECKPOINT_DIR"], exist_ok=True)
-        out = _open_output(launch["stdout"], append=append)
-        err = out if launch["stderr"] == launch["stdout"] else _open_output(launch["stderr"],
-                                                                           append=append)
+        out = _open_output(launch.stdout, append=append)
+        err = out if launch.stderr == launch.stdout else _open_output(launch.stderr,
+                                                                      append=append)
     # The command may be wrapped (systemd-run, which then switches to the user itself).
     argv, popen_switch = jail.command(slurmenv.task_pid_argv([str(script), *spec.get("args", [])]),
                                       uid, gid, switch)
@@ -273,11 +275,12 @@ def _groups(uid: int, gid: int) -> list[int]:
         return [gid]
 
 
-def job_env(launch: dict[str, Any], slurm_bin: str | None = None) -> dict[str, str]:
+def job_env(order: RunOrder, slurm_bin: str | None = None) -> dict[str, str]:
     """The job's environment: what --export kept, the passwd basics, the contract's GQ_* and
     Slurm's SLURM_* (gq/node/slurmenv.py); `slurm_bin` (gq's sbatch, squeue ...) first on
     PATH."""
-    spec, job = launch["spec"], launch["job"]
+    launch = order.launch
+    spec, task = launch.spec, launch.job
     env = dict(spec.get("env") or {})
     try:
         pw = pwd.getpwuid(spec["uid"])
@@ -289,43 +292,43 @@ def job_env(launch: dict[str, Any], slurm_bin: str | None = None) -> dict[str, s
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     if slurm_bin:
         env["PATH"] = f"{slurm_bin}:{env['PATH']}"
-    gpus = ",".join(str(g) for g in launch["gpus"])
-    nodelist = launch["nodelist"]
-    job_id = str(launch["job_id"])
+    gpus = ",".join(str(g) for g in launch.gpus)
+    nodelist = launch.nodelist
+    job_id = str(launch.job_id)
     ours = {
         "GQ_JOB_ID": job_id, "GQ_JOB_NAME": spec.get("name", ""),
-        "GQ_NODELIST": ",".join(nodelist), "GQ_NODE_RANK": str(launch["rank"]),
+        "GQ_NODELIST": ",".join(nodelist), "GQ_NODE_RANK": str(launch.rank),
         "GQ_NUM_NODES": str(len(nodelist)), "GQ_GPUS": gpus,
         # NVML numbers GPUs in PCI bus order; make CUDA agree so the indices mean the same GPUs.
         "CUDA_VISIBLE_DEVICES": gpus, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "GQ_CHECKPOINT_DIR": launch.get("checkpoint_dir") or os.path.join(
+        "GQ_CHECKPOINT_DIR": launch.checkpoint_dir or os.path.join(
             env["HOME"] if "HOME" in env else spec["cwd"], ".gq", "checkpoints", job_id),
-        "GQ_RESTART_COUNT": str(launch["restart"]), "GQ_SUBMIT_DIR": spec["cwd"],
+        "GQ_RESTART_COUNT": str(launch.restart), "GQ_SUBMIT_DIR": spec["cwd"],
         # Slurm's names too, so existing batch scripts keep working.
         **slurmenv.batch_env(launch),
     }
-    if job.get("array_job_id") is not None:
-        ours.update(GQ_ARRAY_JOB_ID=str(job["array_job_id"]),
-                    GQ_ARRAY_TASK_ID=str(job["array_index"]))
-    if launch.get("relay"):
+    if task.array_job_id is not None:
+        ours.update(GQ_ARRAY_JOB_ID=str(task.array_job_id),
+                    GQ_ARRAY_TASK_ID=str(task.array_index))
+    if order.relay:
         # gq (and the Slurm commands) inside the job reach gqd through this node's relay.
-        ours["GQ_ENDPOINT"] = launch["relay"]
+        ours["GQ_ENDPOINT"] = order.relay
     if len(nodelist) > 1:
-        ours.update(MASTER_ADDR=launch.get("master_addr") or nodelist[0],
-                    MASTER_PORT=str(20000 + launch["job_id"] % 20000),
-                    WORLD_SIZE=str(len(nodelist)), NODE_RANK=str(launch["rank"]))
+        ours.update(MASTER_ADDR=launch.master_addr or nodelist[0],
+                    MASTER_PORT=str(20000 + launch.job_id % 20000),
+                    WORLD_SIZE=str(len(nodelist)), NODE_RANK=str(launch.rank))
     env.update(ours)
     return env
 
 
-def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float,
+def _supervise(proc: subprocess.Popen[bytes], launch: Launch, started: float,
                run_dir: Path, jail: RunIsolation) -> tuple[JobState, int]:
     """Wait for the job, sending its --signal, enforcing its time limit and passing on stops;
     (state, exit code). `started` and every timer are time.monotonic(): a step of the wall clock
     (NTP, an admin's `date -s`) moves no limit or grace time. The shepherd holds them for the
     whole run, also while a restarted gqnode adopts it."""
-    limit = launch["time_limit_s"]
-    grace = float(launch.get("grace_s", 10.0))
+    limit = launch.time_limit_s
+    grace = float(launch.grace_s)
     deadline = started + limit if limit else None
     warning = _job_signal(launch) if deadline is not None else None
     # sbatch --signal: once, lead_s before the limit (at the start when the limit is shorter).
@@ -366,8 +369,8 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
     return (JobState.COMPLETED if rc == 0 else JobState.FAILED), code
 
 
-def _job_signal(launch: dict[str, Any]) -> JobSignal | None:
-    text = launch["spec"].get("signal")
+def _job_signal(launch: Launch) -> JobSignal | None:
+    text = launch.spec.get("signal")
     try:
         return parse_signal(text) if text else None
     except GqError as exc:  # the head checked it at submit; a bad one must not end supervision
@@ -504,12 +507,12 @@ def _kill_session(sid: int) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _note(launch: dict[str, Any], text: str) -> None:
+def _note(launch: Launch, text: str) -> None:
     """Tell the job's owner why it did not start, in its error file (only as that owner)."""
-    if os.geteuid() != launch["spec"]["uid"]:
+    if os.geteuid() != launch.spec["uid"]:
         return  # root would write where the user may not; the status note says it instead
     with contextlib.suppress(OSError):
-        with open(launch["stderr"], "a") as f:
+        with open(launch.stderr, "a") as f:
             f.write(text + "\n")
 
 
