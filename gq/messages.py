@@ -394,3 +394,8 @@ READERS: dict[str, Callable[[dict[str, Any]], Message]] = {
     kind: _READERS[cls] for kind, cls in TYPES.items()}
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
+
+
+def read(msg: dict[str, Any]) -> Message:
+    """The typed message of a map of a typed message's type that passed its schema."""
+    return READERS[msg["type"]](msg)

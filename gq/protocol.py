@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -220,6 +220,16 @@ def decode_message(frame: bytes | memoryview, allowed: frozenset[str]) -> Messag
     if read is None:
         raise ProtocolError(f"{msg['type']}: not a message between gqd and gqnode")
     return read(msg)
+
+
+def from_node(frame: bytes | memoryview) -> messages.NodeMessage:
+    """What a node sends gqd: Register, Heartbeat or Report (else ProtocolError)."""
+    return cast(messages.NodeMessage, decode_message(frame, NODE_MESSAGES))
+
+
+def from_head(frame: bytes | memoryview) -> messages.HeadMessage:
+    """What gqd sends a node: Launch, Kill, Ack or Reregister (else ProtocolError)."""
+    return cast(messages.HeadMessage, decode_message(frame, HEAD_TO_NODE))
 
 
 def encode_message(msg: Message) -> bytes:

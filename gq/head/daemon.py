@@ -416,7 +416,7 @@ class HeadServer:
 
     def _node(self, name: str, payload: bytes, now: float) -> None:
         try:
-            msg = protocol.decode(payload, protocol.NODE_MESSAGES)
+            msg = protocol.from_node(payload)
             with self.head.isolated("node"):
                 self.head.handle_node(name, msg, now)
         except GqError as exc:

@@ -200,8 +200,7 @@ class NodeDaemon:
             except zmq.Again:
                 return
             try:
-                msg = protocol.decode_message(frame, protocol.HEAD_TO_NODE)
-                self._handle(msg)  # type: ignore[arg-type]
+                self._handle(protocol.from_head(frame))
             except GqError as exc:
                 log.warning("dropping message from head: %s", exc)
 
