@@ -13,16 +13,12 @@ Client requests and their replies (the CLI, the relay, gq api) are still plain m
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import types
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, ClassVar, TypeVar, Union
+from typing import Any, ClassVar, Union
 
 from gq import schema as s
+from gq.declare import Message, declare, schema_of
 from gq.errors import ProtocolError
 from gq.model import Gpu
 from gq.unpack import clip
@@ -44,147 +40,10 @@ FINISHED = "finished"
 #: Longest note a node sends with a job's end (why it failed to start).
 MAX_NOTE = 1000
 
-_M = TypeVar("_M", bound="Message")
-_R = TypeVar("_R")
-#: A value to its wire form, or back; None: it is its own.
-_Convert = Union[Callable[[Any], Any], None]
-#: A declared type's fields: (name, required, to the wire, from it), in declaration order.
-_Table = tuple[tuple[str, bool, _Convert, _Convert], ...]
-_TABLES: dict[type, _Table] = {}
-_READERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
-_SCALARS: dict[Any, tuple[type, ...]] = {int: s.INT, float: s.NUM, str: s.STR, bool: s.BOOL}
-
-
-class Message:
-    """A message type; its fields are its dataclass's."""
-
-    __slots__ = ()
-    TYPE: ClassVar[str]
-    SCHEMA: ClassVar[s.Schema]
-    RULES: ClassVar[s.Rules]
-
-    def wire(self) -> dict[str, Any]:
-        """The fields as they go on the wire; an optional field holding None is left out
-        (absent reads as None)."""
-        return _to_wire(self)
-
-    @classmethod
-    def from_wire(cls: type[_M], msg: dict[str, Any]) -> _M:
-        """The message of a map that passed SCHEMA and RULES (fields it does not declare, a
-        newer peer's, are not read)."""
-        return _from_wire(cls, msg)
-
-
-def _to_wire(obj: Any) -> dict[str, Any]:
-    out = {}
-    for name, required, to_wire, _ in _TABLES[type(obj)]:
-        value = getattr(obj, name)
-        if value is None and not required:
-            continue
-        out[name] = value if to_wire is None else to_wire(value)
-    return out
-
-
-def _from_wire(cls: type[_R], msg: dict[str, Any]) -> _R:
-    return _READERS[cls](msg)  # type: ignore[no-any-return]
-
-
-def _reader(cls: type, table: _Table) -> Callable[[dict[str, Any]], Any]:
-    """A function making a `cls` of its checked wire form, generated for speed: every report,
-    heartbeat and launch goes through one, and the dataclass's own __init__ (each field set
-    through the frozen class's object.__setattr__) cost a report's decoding a quarter more.
-    It sets each slot directly (a class without slots, gq.model's, gets its fields as keyword
-    arguments); a required field is there (the schema said so), an absent one takes its
-    default."""
-    env: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    slots = all(isinstance(getattr(cls, name, None), types.MemberDescriptorType)
-                for name, *_ in table)
-    lines = ["def read(msg):", "    obj = _new(_cls)" if slots else "    kw = {}"]
-    defaults = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    for i, (name, required, _, from_wire) in enumerate(table):
-        f = defaults[name]
-        if required:
-            value = f"msg[{name!r}]"
-        else:
-            if f.default_factory is not dataclasses.MISSING:
-                env[f"_factory{i}"] = f.default_factory
-                lines.append(f"    v = msg[{name!r}] if {name!r} in msg else _factory{i}()")
-            else:
-                env[f"_default{i}"] = f.default
-                lines.append(f"    v = msg.get({name!r}, _default{i})")
-            value = "v"
-        if from_wire is not None:
-            env[f"_conv{i}"] = from_wire
-            value = f"(None if {value} is None else _conv{i}({value}))" if not required \
-                else f"_conv{i}({value})"
-        if slots:
-            env[f"_set{i}"] = getattr(cls, name).__set__  # the slot's own setter
-            lines.append(f"    _set{i}(obj, {value})")
-        else:
-            lines.append(f"    kw[{name!r}] = {value}")
-    lines.append("    return obj" if slots else "    return _cls(**kw)")
-    exec("\n".join(lines), env)  # noqa: S102 (our own declarations only)
-    return env["read"]  # type: ignore[no-any-return]
-
-
-def _form(hint: Any) -> tuple[tuple[type, ...], _Convert, _Convert]:
-    """A field's wire types, and its conversions to and from the wire, from its annotation:
-    int, float (an int too), str, bool; tuple[X, ...] a list (of declared records, of pairs);
-    dict[...] a map; a declared record a map; `X | None` also None."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    none: tuple[type, ...] = ()
-    if origin in (Union, types.UnionType):
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) != 1:
-            raise TypeError(f"no wire form for {hint!r}")
-        none, hint = (type(None),), rest[0]
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint in _SCALARS:
-        return _SCALARS[hint] + none, None, None
-    if origin is dict:
-        return s.DICT + none, None, None
-    if isinstance(hint, type) and hint in _TABLES:
-        return s.DICT + none, _to_wire, partial(_from_wire, hint)
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = args[0]
-        if isinstance(item, type) and item in _TABLES:
-            return (s.LIST + none, lambda v: [_to_wire(i) for i in v],
-                    lambda v: tuple(_from_wire(item, i) for i in v))
-        if typing.get_origin(item) is tuple:  # pairs: lists on the wire
-            return s.LIST + none, None, lambda v: tuple(map(tuple, v))
-        return s.LIST + none, None, tuple
-    raise TypeError(f"no wire form for {hint!r}")
-
-
-def _declare(cls: type[_R], **rules: s.Rule) -> type[_R]:
-    """Derive a dataclass's wire table (and, for a Message, its SCHEMA and RULES)."""
-    hints = typing.get_type_hints(cls)
-    table, schema = [], {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        types_, to_wire, from_wire = _form(hints[f.name])
-        required = f.default is dataclasses.MISSING and \
-            f.default_factory is dataclasses.MISSING
-        table.append((f.name, required, to_wire, from_wire))
-        schema[f.name] = (types_, required)
-    unknown = set(rules) - set(schema)
-    if unknown:
-        raise TypeError(f"{cls.__name__}: rules for fields it does not have: {unknown}")
-    _TABLES[cls] = tuple(table)
-    _READERS[cls] = _reader(cls, _TABLES[cls])
-    if issubclass(cls, Message):
-        cls.SCHEMA, cls.RULES = schema, rules
-    return cls
-
-
-def schema_of(cls: type) -> s.Schema:
-    """The schema of a declared record (a message's: its SCHEMA)."""
-    return {name: (_form(typing.get_type_hints(cls)[name])[0], required)
-            for name, required, _, _ in _TABLES[cls]}
-
 
 # ---------------------------------------------------------------- records inside messages
 
-_declare(Gpu)  # a GPU as a node registers it (gq.model)
+declare(Gpu)  # a GPU as a node registers it (gq.model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +55,7 @@ class ArrayTask:
     array_index: int | None = None
 
 
-_declare(ArrayTask)
+declare(ArrayTask)
 GPU_SCHEMA = schema_of(Gpu)
 #: What `gq nodes` shows of a GPU besides its telemetry (no reading may take these names).
 _GPU_FIELDS = frozenset({*GPU_SCHEMA, "job"})
@@ -245,7 +104,7 @@ class Register(Message):
     features: tuple[str, ...] = ()
 
 
-_declare(Register, gpus=s.each_map(GPU_SCHEMA), running=s.int_pairs("job_id", "restart"),
+declare(Register, gpus=s.each_map(GPU_SCHEMA), running=s.int_pairs("job_id", "restart"),
          features=s.STRINGS)
 
 
@@ -266,7 +125,7 @@ class Heartbeat(Message):
     disk: str | None = None
 
 
-_declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS)
+declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +150,7 @@ class Report(Message):
     cpu_s: float | None = None
 
 
-_declare(Report)
+declare(Report)
 
 
 def usage_fields(status: dict[str, Any]) -> dict[str, Any]:
@@ -340,7 +199,7 @@ class Launch(Message):
     cluster: str = ""
 
 
-_declare(Launch, gpus=s.each_item(s.INT, like="index"), nodelist=s.STRINGS,
+declare(Launch, gpus=s.each_item(s.INT, like="index"), nodelist=s.STRINGS,
          job=s.one_map(schema_of(ArrayTask)))
 
 
@@ -360,7 +219,7 @@ class Kill(Message):
     no_kill: bool = False
 
 
-_declare(Kill)
+declare(Kill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +230,7 @@ class Ack(Message):
     seq: int
 
 
-_declare(Ack)
+declare(Ack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,20 +241,17 @@ class Reregister(Message):
     TYPE: ClassVar[str] = REREGISTER
 
 
-_declare(Reregister)
+declare(Reregister)
 
 NodeMessage = Union[Register, Heartbeat, Report]
 HeadMessage = Union[Launch, Kill, Ack, Reregister]
 #: Every typed message type by its name.
 TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in (
     Register, Heartbeat, Report, Launch, Kill, Ack, Reregister)}
-#: Type name -> the function making its message of a checked map (from_wire's).
-READERS: dict[str, Callable[[dict[str, Any]], Message]] = {
-    kind: _READERS[cls] for kind, cls in TYPES.items()}
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
 HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER})
 
 
 def read(msg: dict[str, Any]) -> Message:
     """The typed message of a map of a typed message's type that passed its schema."""
-    return READERS[msg["type"]](msg)
+    return TYPES[msg["type"]].from_wire(msg)

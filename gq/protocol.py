@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import msgpack
 
-from gq import messages
+from gq import declare, messages
 from gq import spec as spec_fields
 from gq import unpack
 from gq.defaults import MAX_SUBMIT_SPECS, PROTOCOL_VERSION  # noqa: F401 (tests read them here)
@@ -194,6 +194,14 @@ def rid_of(frame: bytes | memoryview) -> int:
 
 def checked(msg: Any, allowed: frozenset[str] | None = None) -> dict[str, Any]:
     """`msg` (unpacked) if it is a valid message of an `allowed` type; else ProtocolError."""
+    msg_type = _envelope(msg, allowed)
+    check(msg, SCHEMAS[msg_type], msg_type, RULES.get(msg_type))
+    _bounds(msg, msg_type)
+    return msg
+
+
+def _envelope(msg: Any, allowed: frozenset[str] | None) -> str:
+    """The type of a map with this protocol's version and an `allowed` type."""
     if type(msg) is not dict:
         raise ProtocolError("message is not a map")
     if type(msg.get("v")) is not int or msg["v"] != PROTOCOL_VERSION:
@@ -203,23 +211,29 @@ def checked(msg: Any, allowed: frozenset[str] | None = None) -> dict[str, Any]:
     if not isinstance(msg_type, str) or msg_type not in SCHEMAS or (
             allowed is not None and msg_type not in allowed):
         raise ProtocolError(f"unknown message type {clip(msg_type)}")
-    schema = SCHEMAS[msg_type]
-    check(msg, schema, msg_type, RULES.get(msg_type))
+    return msg_type
+
+
+def _bounds(msg: dict[str, Any], msg_type: str) -> None:
+    """What a message holds beside its schema's fields: few fields, none nested deep."""
     if msg_type != REPLY:  # a reply's data is the client's to read
         if len(msg) > MAX_FIELDS:
             raise ProtocolError(f"{msg_type}: {len(msg)} fields, over {MAX_FIELDS}")
-        check_extras(msg, schema, msg_type)
-    return msg
+        if not msg.keys() <= _KNOWN[msg_type]:  # else no field is for check_extras to walk
+            check_extras(msg, SCHEMAS[msg_type], msg_type)
 
 
 def decode_message(frame: bytes | memoryview, allowed: frozenset[str]) -> Message:
     """A typed message (gq.messages) of one of the `allowed` types, or ProtocolError saying
-    exactly what is wrong with the frame."""
-    msg = decode(frame, allowed)
-    read = messages.READERS.get(msg["type"])
+    exactly what is wrong with the frame (as `decode` would)."""
+    msg = unpack.unpack(frame, LIMITS)
+    msg_type = _envelope(msg, allowed)
+    read = declare.READERS.get(msg_type)
     if read is None:
-        raise ProtocolError(f"{msg['type']}: not a message between gqd and gqnode")
-    return read(msg)
+        raise ProtocolError(f"{msg_type}: not a message between gqd and gqnode")
+    out: Message = read(msg)  # its fields checked as it is read
+    _bounds(msg, msg_type)
+    return out
 
 
 def from_node(frame: bytes | memoryview) -> messages.NodeMessage:
@@ -270,6 +284,8 @@ RULES: dict[str, Rules] = {
     TOKEN_REVOKE: {"ids": each_item(INT, like="id")},
     **{kind: cls.RULES for kind, cls in messages.TYPES.items() if cls.RULES},
 }
+#: Each type's fields, with the envelope's.
+_KNOWN = {kind: frozenset({"v", "type", *schema}) for kind, schema in SCHEMAS.items()}
 
 
 def check_spec(spec: Any) -> dict[str, Any]:
