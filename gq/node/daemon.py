@@ -110,8 +110,7 @@ class NodeDaemon:
 
     def adopt(self) -> None:
         """Pick up runs from the state directory: live shepherds and unreported ends."""
-        reported = {(e["job_id"], e["restart"]) for e in self.outbox.entries()
-                    if e.get("event") == FINISHED}  # the outbox holds reports' wire forms
+        reported = set(self._unacked_ends())
         for run_dir in sorted(self.jobs_dir.iterdir()):
             try:
                 job_id, restart = (int(x) for x in run_dir.name.split("."))
@@ -135,8 +134,13 @@ class NodeDaemon:
             node=self.name, addr=self.addr, cpus=self.cpus, mem=self.mem,
             gpu_source=self.gpu_source.kind, features=tuple(self.features), gpus=tuple(self.gpus),
             running=tuple((r.job_id, r.restart) for r in self.runs.values())
-            + tuple((e["job_id"], e["restart"]) for e in self.outbox.entries()
-                    if e.get("event") == FINISHED)))
+            + tuple(self._unacked_ends())))
+
+    def _unacked_ends(self) -> list[tuple[int, int]]:
+        """(job_id, restart) of the runs whose end the outbox holds, not yet acked (it keeps
+        reports' wire forms: Report.wire's, and older gqnodes' of the same keys)."""
+        return [(e["job_id"], e["restart"]) for e in self.outbox.entries()
+                if e.get("event") == FINISHED]
 
     # ------------------------------------------------------------ the loop
 
