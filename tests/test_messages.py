@@ -124,3 +124,23 @@ def test_a_typed_message_decodes_as_its_checked_map_reads(
     except ProtocolError as exc:
         got = str(exc)
     assert got == expected
+
+
+def test_gqd_gqnode_and_the_shepherd_exchange_only_typed_messages():
+    """The maps' encode and decode are for client requests and replies alone: every message
+    between gqd and gqnode goes through encode_message and from_node / from_head."""
+    import re
+    from pathlib import Path
+    root = Path(protocol.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        for line in path.read_text().split("\n"):
+            if re.search(r"protocol\.(encode|decode|checked)\(", line):
+                where = f"{path.relative_to(root.parent)}: {line.strip()}"
+                assert path.parent.name != "node", where
+                assert "CLIENT_REQUESTS" in line or "REPLY" in line or \
+                    path.name in ("client.py", "link.py"), where
+    # Nor do they read a message's fields as a map's.
+    for name in ("node/daemon.py", "node/shepherd.py", "node/slurmenv.py", "head/orders.py",
+                 "head/jobs.py"):
+        text = (root / name).read_text()
+        assert not re.search(r"\b(msg|launch)(\[\"|\.get\(\")", text), name
