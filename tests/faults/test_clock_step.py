@@ -146,8 +146,8 @@ def test_clock_steps_move_no_limit_and_down_no_node(stepped: tuple[LiveCluster, 
     try:
         ended = wait_for(lambda: _uptime() if live.run_ended("node1", timed) else None,
                          "the timed job to be killed", every=0.02)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{_diagnosis(live, timed)}") from None
+    except pytest.fail.Exception as exc:
+        pytest.fail(f"{exc}\n{_diagnosis(live, timed)}")
 
     expected = {"usr1": LIMIT_S - SIGNAL_LEAD_S, "term": LIMIT_S}
     took = {name: (_read(timed_dir / name) or math.inf) - start for name in expected}
