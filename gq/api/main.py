@@ -65,7 +65,7 @@ def serve(cfg: config_mod.Config, name: str) -> int:
 def _server_class() -> type:
     import uvicorn
 
-    class Server(uvicorn.Server):  # type: ignore[misc]
+    class Server(uvicorn.Server):
         """uvicorn's server, stopped by gq's rule: SIGTERM or SIGINT ends it gracefully and gq
         api exits 0 (uvicorn itself raises the signal again after its shutdown); a second one
         ends it at once."""
