@@ -8,11 +8,28 @@ import os
 import signal
 import socket
 import sys
+from typing import NoReturn
+
+from gq.errors import ExitStatus, end
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """argparse's words, with the status of a usage error named where statuses are."""
+        self.print_usage(sys.stderr)
+        self.exit(int(ExitStatus.USAGE), f"{self.prog}: error: {message}\n")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        try:
+            sys.stdout.flush()  # --help's text, into a pipe that may be closed
+        except OSError as exc:
+            status = end(exc, "")
+        super().exit(status, message)
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The options every daemon takes."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
+    p = _Parser(prog=prog, description=description)
     p.add_argument("--config", help="config file (default: $GQ_CONFIG or /etc/gq/gq.toml)")
     p.add_argument("--log-level", default=os.environ.get("GQ_LOG_LEVEL", "INFO"))
     return p

@@ -200,7 +200,7 @@ class HeadServer:
                 self.signals.drain()
             if self.signals.stop_requests >= 2:
                 log.warning("second stop signal: stopping now")
-                return 1
+                return int(ExitStatus.STOPPED_AT_ONCE)
             if self.signals.reload:
                 self._reload()
             requests = [r for s in self.clients if s in events for r in self._recv_clients(s)]
