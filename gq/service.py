@@ -8,9 +8,12 @@ import os
 import signal
 import socket
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gq.errors import ExitStatus, end
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,12 +22,16 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(int(ExitStatus.USAGE), f"{self.prog}: error: {message}\n")
 
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        """argparse's, but not silent on a failed write (argparse ignores it): `gqd --help`
+        into a closed pipe ends as gq's commands do."""
+        if file is not None:
+            return super().print_help(file)
         try:
-            sys.stdout.flush()  # --help's text, into a pipe that may be closed
+            sys.stdout.write(self.format_help())
+            sys.stdout.flush()
         except OSError as exc:
-            status = end(exc, "")
-        super().exit(status, message)
+            raise SystemExit(end(exc, "")) from None
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:

@@ -37,12 +37,17 @@ def test_one_mapping_from_errors_to_exit_statuses() -> None:
     assert exit_status(ValueError()) is None
 
 
-def _into_closed_pipe(cluster: LiveCluster, *command: str) -> subprocess.CompletedProcess[str]:
-    """`command` with its stdout a pipe nobody reads any more: every write fails (EPIPE)."""
+def _into_closed_pipe(cluster: LiveCluster, *command: str, unbuffered: bool = False
+                      ) -> subprocess.CompletedProcess[str]:
+    """`command` with its stdout a pipe nobody reads any more: every write fails (EPIPE), at
+    the write itself when `unbuffered` (PYTHONUNBUFFERED), else when the buffer is flushed."""
+    env = {k: v for k, v in cluster.env.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
     read, write = os.pipe()
     os.close(read)
     try:
-        return subprocess.run(list(command), env=cluster.env, cwd=cluster.work, stdout=write,
+        return subprocess.run(list(command), env=env, cwd=cluster.work, stdout=write,
                               stderr=subprocess.PIPE, text=True, timeout=60)
     finally:
         os.close(write)
@@ -79,10 +84,15 @@ def test_a_closed_pipe_ends_every_command_with_one_status(cluster: LiveCluster,
                        "scontrol show job": ["show", "job", job], "sbatch help": ["--help"],
                        "squeue help": ["--help"]}.items():
         commands[what] = [str(bin_dir / what.split()[0]), *args]
+    # The daemons' --help (argparse would ignore the failed write and exit 0).
+    for daemon in ("gq.head.daemon", "gq.node.main", "gq.relay", "gq.api.main"):
+        commands[f"{daemon} --help"] = [sys.executable, "-m", daemon, "--help"]
     for what, command in commands.items():
-        proc = _into_closed_pipe(cluster, *command)
-        # Silently: no traceback, no "Exception ignored" from the interpreter's last flush.
-        assert (proc.returncode, proc.stderr) == (ExitStatus.BROKEN_PIPE, ""), what
+        for unbuffered in (False, True):
+            proc = _into_closed_pipe(cluster, *command, unbuffered=unbuffered)
+            # Silently: no traceback, no "Exception ignored" from the interpreter's last flush.
+            assert (proc.returncode, proc.stderr) == (ExitStatus.BROKEN_PIPE, ""), (
+                what, unbuffered)
 
 
 def test_listings_into_head_1_with_many_jobs(cluster: LiveCluster, tmp_path: Path) -> None:

@@ -7,10 +7,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gq.errors import GqError, UsageError, end
 from gq.units import parse_iso_time
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 #: gq's states in Slurm's compact form (squeue %t).
 SHORT = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
@@ -51,9 +54,12 @@ def parser(prog: str, *options: tuple[str, str], positional: str | None = None) 
             # Slurm's words and status (1), not argparse's usage text and exit 2.
             raise Failure(f"{prog}: {message}\nTry \"{prog} --help\" for more information")
 
-        def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-            sys.stdout.flush()  # --help's text: a closed pipe shows here, where main ends it
-            super().exit(status, message)
+        def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+            # argparse's ignores a failed write; a closed pipe must reach main, which ends it.
+            if file is not None:
+                return super().print_help(file)
+            sys.stdout.write(self.format_help())
+            sys.stdout.flush()
 
     p = Parser(prog=prog, add_help=False)
     p.add_argument("--help", action="help")
