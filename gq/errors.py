@@ -184,6 +184,13 @@ def exit_status(exc: BaseException, *, slurm: bool = False) -> ExitStatus | None
     return None
 
 
+def start_status(exc: BaseException) -> int:
+    """The exit status of a daemon (gqd, gqnode, gq relay, gq api) that `exc` kept from
+    starting: a refused database's own (StoreRefused: a restart would find it the same, so the
+    unit does not restart on these), else START_FAILED."""
+    return int(exc.exit_status if isinstance(exc, StoreRefused) else ExitStatus.START_FAILED)
+
+
 def end(exc: BaseException, prefix: str, *, slurm: bool = False) -> int:
     """The exit status of a command that `exc` stopped (a Slurm command's with `slurm`), gq's
     error shown as one line on stderr after `prefix`, a closed pipe silently. What is no

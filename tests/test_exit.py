@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gq.errors import (ConfigError, ExitStatus, GqError, NotFoundError, ProtocolError,
-                       RefusedError, UnreachableError, UsageError, exit_status)
+                       RefusedError, StoreBehind, UnreachableError, UsageError, exit_status,
+                       start_status)
 from tests.conftest import LiveCluster, wait_for
 
 GQ = [sys.executable, "-m", "gq.cli.main"]
@@ -33,6 +34,9 @@ def test_one_mapping_from_errors_to_exit_statuses() -> None:
         assert exit_status(error, slurm=True) is ExitStatus.SLURM_ERROR == 1
     assert exit_status(BrokenPipeError(), slurm=True) is ExitStatus.BROKEN_PIPE
     assert exit_status(KeyboardInterrupt(), slurm=True) is ExitStatus.INTERRUPTED
+    # A daemon that cannot start: 1, but a refused database's own status (gqd(8)).
+    assert start_status(ConfigError("x")) == start_status(OSError()) == ExitStatus.START_FAILED
+    assert start_status(StoreBehind("x")) == ExitStatus.STORE_BEHIND == 14
     assert exit_status(OSError(errno.ENOSPC, "full")) is None  # not gq's: a traceback
     assert exit_status(ValueError()) is None
 

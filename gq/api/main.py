@@ -14,7 +14,7 @@ from typing import Any
 
 from gq import config as config_mod
 from gq import keys, service
-from gq.errors import ConfigError, ExitStatus, GqError
+from gq.errors import ConfigError, GqError, start_status
 
 log = logging.getLogger("gq.api")
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(cfg, name)
     except (GqError, OSError) as exc:
         log.error("gq api cannot start: %s", exc)
-        return int(ExitStatus.START_FAILED)
+        return start_status(exc)
 
 
 if __name__ == "__main__":
