@@ -134,7 +134,7 @@ SCHEMAS: dict[str, Schema] = {
 CLIENT_REQUESTS = frozenset(_CLIENT_SCHEMAS)
 
 
-class PackedItems(list):  # type: ignore[type-arg]
+class PackedItems(list):
     """A message's list field whose items were packed already, one msgpack form each in `parts`:
     encode sends those as they are. (A listing page measures each record's size as it builds
     the page; packing each again in the reply was a third of gqd's time answering it.)"""

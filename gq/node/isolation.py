@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from gq import defaults
 from gq.messages import Launch

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from gq.errors import GqError
 from gq.fsutil import write_atomic
 from gq.messages import Launch
 from gq.model import JobSignal, JobState, parse_signal
+from gq.node import cgroupfs as cg
 from gq.node.isolation import RunIsolation, SetupError
 # The run directory's files, named here too (gqnode and the tests use them as shepherd.X).
 from gq.node.runfiles import (  # noqa: F401
@@ -77,6 +79,9 @@ def spawn(run_dir: Path) -> int:
     try:
         _detach(run_dir)
         code = run(run_dir)
+    except BaseException:  # noqa: BLE001  (told, then os._exit: gqnode requeues the run)
+        # os._exit would drop the traceback: the run's log keeps it for whoever asks why.
+        traceback.print_exc()
     finally:
         os._exit(code)  # never return into gqnode's code in the child
 
@@ -532,7 +537,7 @@ def _write_status(run_dir: Path, state: JobState, code: int | None, started: flo
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            time.sleep(_STATUS_RETRY_S)
+            cg.pause(_STATUS_RETRY_S)
 
 
 if __name__ == "__main__":  # debugging aid: run one shepherd in the foreground
