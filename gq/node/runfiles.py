@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from gq.messages import Launch
 
