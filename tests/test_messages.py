@@ -3,6 +3,7 @@ encoding and decoding derived from the declaration and agreeing with the wire as
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgpack
@@ -46,6 +47,20 @@ def test_a_typed_message_refuses_what_its_map_refuses_with_the_same_words(kind: 
             with pytest.raises(ProtocolError) as typed:
                 protocol.decode_message(frame, frozenset({kind}))
             assert str(typed.value) == str(as_map.value)
+
+
+@pytest.mark.parametrize("kind", TYPED)
+def test_what_a_peer_leaves_out_takes_the_declared_default(kind: str):
+    """An older peer's message with only the required fields (an older gqd's kill named no
+    batch_only, an older gqnode's register no features) reads with the defaults."""
+    cls = messages.TYPES[kind]
+    required = {k: v for k, v in EXAMPLES[kind].items() if cls.SCHEMA[k][1]}
+    msg = protocol.decode_message(protocol.encode(kind, **required), frozenset({kind}))
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in required:
+            default = f.default if f.default_factory is dataclasses.MISSING \
+                else f.default_factory()
+            assert getattr(msg, f.name) == default, f.name
 
 
 def test_schemas_come_from_the_declarations():
