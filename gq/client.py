@@ -18,7 +18,7 @@ import itertools
 import os
 import pwd
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gq import config as config_mod
@@ -117,7 +117,8 @@ class Client:
                 frame = conn.recv(left)
                 if frame is None:
                     break
-                reply = protocol.decode(frame, frozenset({protocol.REPLY}))
+                # A view, not bytes(frame): a reply page may be megabytes, not worth a copy.
+                reply = protocol.decode(memoryview(frame), frozenset({protocol.REPLY}))
                 if reply["rid"] != rid:
                     continue  # a late answer to an earlier request that timed out
                 if not reply["ok"]:
@@ -189,8 +190,9 @@ class Client:
         """Change pending jobs' time limit (seconds, 0 for none), QOS or name (a running job's
         name too); the reply has `done` and `errors`. Owners may only lower a limit and move to
         a QOS of no higher priority; admins may do anything within the QOS's max_time."""
-        fields = {k: v for k, v in (("time_limit_s", time_limit_s), ("qos", qos),
-                                    ("name", name)) if v is not None}
+        fields: dict[str, Any] = {k: v for k, v in (("time_limit_s", time_limit_s),
+                                                    ("qos", qos), ("name", name))
+                                  if v is not None}
         return self.request(protocol.UPDATE, ids=ids, **fields)
 
     def hold(self, ids: list[int | str]) -> dict[str, Any]:
@@ -219,7 +221,7 @@ class Client:
 
     def queue(self, user: str | None = None, states: list[str] | None = None,
               all: bool = False, start: bool = False,  # noqa: A002 - mirrors --all
-              fields: list[str] | None = None) -> list[dict[str, Any]]:
+              fields: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Pending and running jobs (`gq queue --json`'s `jobs`), oldest first, of `user` only
         if given, in `states` only if given; `all` adds jobs that ended in the last 5 minutes;
         `start` gives pending jobs `expected_start` and `expected_nodes` (None where the

@@ -52,7 +52,7 @@ def parse_dependency(text: str) -> Dependency:
         raise UsageError(f"bad --dependency {text!r}: use ',' or '?' between conditions, "
                          "not both")
     any_of = "?" in raw
-    conditions = []
+    conditions: list[tuple[str, tuple[int, ...]]] = []
     for part in raw.split("?" if any_of else ","):
         if part == SINGLETON:
             conditions.append((SINGLETON, ()))

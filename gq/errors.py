@@ -1,11 +1,14 @@
 """The one error hierarchy of gq, and the one mapping of errors to exit statuses (`exit_status`),
-which every entry point uses: `gq` (gq/cli/main.py, for the fast path and typer alike), gqd and
-gqnode."""
+which every entry point uses: `gq` (gq/cli/main.py, for the fast path and typer alike) and the
+Slurm commands (gq/slurm/common.py), both through `end`; gqd, gqnode, gq relay and gq api
+(their `main`s, and gq.service.parser for their command lines) with the statuses below."""
 
 from __future__ import annotations
 
 import enum
 import errno
+import os
+import sys
 
 
 class ExitStatus(enum.IntEnum):
@@ -16,18 +19,28 @@ class ExitStatus(enum.IntEnum):
     OK = 0
     #: The head refused the request; the reason is on stderr.
     REFUSED = 1
-    #: Standard output was closed before all of it was written (`gq queue | head -1`): the
-    #: command stops, silently, with 1, as cat, ls and most Unix tools do when SIGPIPE is
-    #: ignored (Python ignores it), from every command on the fast path and typer's alike.
-    BROKEN_PIPE = 1
-    #: gqd or gqnode could not start; the reason is logged (gqd(8), gqnode(8)).
+    #: Any error of a Slurm command (sbatch, squeue ...: gq/slurm/), bad options too: Slurm's
+    #: commands exit 1 for all of them, and scripts written for Slurm test for that.
+    SLURM_ERROR = 1
+    #: `gq wait` and `--wait`: the job ended without an exit status of its own (cancelled, its
+    #: node failed); otherwise those end with the job's own status.
+    JOB_NO_STATUS = 1
+    #: gqd, gqnode, gq relay or gq api could not start; the reason is logged (gqd(8) ...).
     START_FAILED = 1
+    #: gqd stopped at once on a second stop signal, not waiting for submits in the works.
+    STOPPED_AT_ONCE = 1
     #: Bad flags or values on the command line, or a bad configuration file.
     USAGE = 2
     #: The head cannot be reached.
     UNREACHABLE = 3
     #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
     INTERRUPTED = 130
+    #: Standard output was closed before all of it was written (`gq queue | head -1`): the
+    #: command stops there, silently, with 128 + SIGPIPE, the status a shell reports for a
+    #: tool that SIGPIPE ends (cat, ls, Slurm's squeue: Python ignores SIGPIPE, so gq exits
+    #: with it), from every command: gq's fast path and typer's, and the Slurm commands. Not 1,
+    #: so that a script can tell "my reader stopped reading" from "the head said no".
+    BROKEN_PIPE = 141
     #: gqd's database is missing, though its mark says a cluster ran here.
     STORE_MISSING = 10
     #: gqd's database is an empty (0-byte) file.
@@ -158,13 +171,48 @@ ERRORS_BY_CODE = {cls.code: cls for cls in (GqError, UsageError, RefusedError, N
                                              RateLimited, TooLarge)}
 
 
-def exit_status(exc: BaseException) -> ExitStatus | None:
-    """The exit status a command ends with when `exc` stops it; None for an exception that is
-    no error of gq's to report (a bug: its traceback is shown)."""
+def exit_status(exc: BaseException, *, slurm: bool = False) -> ExitStatus | None:
+    """The exit status a command ends with when `exc` stops it (`slurm`: a Slurm command, for
+    which every error of gq's is SLURM_ERROR); None for an exception that is no error of gq's
+    to report (a bug: its traceback is shown)."""
     if isinstance(exc, GqError):
-        return exc.exit_status
+        return ExitStatus.SLURM_ERROR if slurm else exc.exit_status
     if isinstance(exc, KeyboardInterrupt):
         return ExitStatus.INTERRUPTED
     if isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
         return ExitStatus.BROKEN_PIPE
     return None
+
+
+def start_status(exc: BaseException) -> int:
+    """The exit status of a daemon (gqd, gqnode, gq relay, gq api) that `exc` kept from
+    starting: a refused database's own (StoreRefused: a restart would find it the same, so the
+    unit does not restart on these), else START_FAILED."""
+    return int(exc.exit_status if isinstance(exc, StoreRefused) else ExitStatus.START_FAILED)
+
+
+def end(exc: BaseException, prefix: str, *, slurm: bool = False) -> int:
+    """The exit status of a command that `exc` stopped (a Slurm command's with `slurm`), gq's
+    error shown as one line on stderr after `prefix`, a closed pipe silently. What is no
+    error of gq's (a bug) is raised again for its traceback; gq's own too with GQ_TRACEBACK
+    set. Called while `exc` is being handled."""
+    status = exit_status(exc, slurm=slurm)
+    if status is None or (isinstance(exc, GqError) and os.environ.get("GQ_TRACEBACK")):
+        raise exc
+    if isinstance(exc, GqError):
+        print(f"{prefix}{exc}", file=sys.stderr)
+    elif status is ExitStatus.BROKEN_PIPE:  # `gq queue | head`: stop, silently
+        _drop_stdout()
+    return int(status)
+
+
+def _drop_stdout() -> None:
+    """Send what is left of standard output to /dev/null, so the interpreter's last flush of
+    the closed pipe cannot complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (a test's capture): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)

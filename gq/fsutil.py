@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 
@@ -12,7 +13,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
     """Replace `path` with `data` at once. `durable=False` skips the fsyncs: the file still
     survives the writer's crash (it is in the page cache), not the host's, which is enough for a
     file that is worthless after a reboot (a job's script, a pid)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temp_path(path)
     # A run's directory belongs to the job's owner: never write (as root) through a link they
     # planted at the temporary name. O_EXCL creates a new file or fails, following no link.
     with contextlib.suppress(FileNotFoundError):
@@ -31,6 +32,14 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, durable: bool = Tru
     os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)  # the rename itself must survive a power cut
+
+
+def temp_path(path: Path) -> Path:
+    """Where write_atomic writes `path` before the rename: a name of this process and thread,
+    so that two writers of one file (the shepherds of two jobs starting at once on a node, each
+    installing the node's Slurm commands) never take or rename each other's half-written file.
+    One that dies leaves its file behind; the next write by the same name removes it."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_native_id()}.tmp")
 
 
 def fsync_dir(path: Path) -> None:

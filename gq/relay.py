@@ -31,8 +31,8 @@ from zmq.utils.monitor import parse_monitor_message
 
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service
-from gq.errors import (ConfigError, ExitStatus, GqError, PermissionDenied, ProtocolError,
-                       UnreachableError)
+from gq.errors import (ConfigError, GqError, PermissionDenied, ProtocolError,
+                       UnreachableError, start_status)
 from gq.head.auth import DOMAIN, ZapHandler, user_id_of
 from gq.pidfile import acquire
 
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(cfg, name)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gq relay cannot start: %s", exc)
-        return int(ExitStatus.START_FAILED)
+        return start_status(exc)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,35 @@ import os
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING, NoReturn
+
+from gq.errors import ExitStatus, end
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """argparse's words, with the status of a usage error named where statuses are."""
+        self.print_usage(sys.stderr)
+        self.exit(int(ExitStatus.USAGE), f"{self.prog}: error: {message}\n")
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        """argparse's, but not silent on a failed write (argparse ignores it): `gqd --help`
+        into a closed pipe ends as gq's commands do."""
+        if file is not None:
+            return super().print_help(file)
+        try:
+            sys.stdout.write(self.format_help())
+            sys.stdout.flush()
+        except OSError as exc:
+            raise SystemExit(end(exc, "")) from None
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The options every daemon takes."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
+    p = _Parser(prog=prog, description=description)
     p.add_argument("--config", help="config file (default: $GQ_CONFIG or /etc/gq/gq.toml)")
     p.add_argument("--log-level", default=os.environ.get("GQ_LOG_LEVEL", "INFO"))
     return p

@@ -1,7 +1,7 @@
-"""The job-step messages (srun's requests to gqd, gqd's orders to the nodes): their names,
-schemas and what their container fields hold. gq.protocol takes them in (its tables name
-these), so they are checked as every other message is; kept here so that steps change in one
-place. A leaf: it imports nothing of gq's but its errors.
+"""The job-step messages: srun's requests to gqd (client requests, schemas that gq.protocol
+takes in), the names of gqd's orders to the nodes (typed: gq.messages.Step, StepKill) and of
+the nodes' report events, and what their container fields may hold. Kept here so that steps
+change in one place. A leaf: it imports nothing of gq's but its errors.
 """
 
 from __future__ import annotations
@@ -22,52 +22,37 @@ STEP_KILL = "step_kill"
 STEP_STARTED = "step_started"
 STEP_ENDED = "step_ended"
 
-CLIENT_REQUESTS = frozenset({STEP_LAUNCH, STEP_STATUS, STEP_CANCEL})
-HEAD_TO_NODE = frozenset({STEP, STEP_KILL})
-
 _INT, _OPT_INT, _STR, _OPT_STR = (int,), (int, type(None)), (str,), (str, type(None))
-_BOOL, _LIST, _DICT, _NUM = (bool,), (list,), (dict,), (int, float)
+_BOOL, _LIST, _DICT = (bool,), (list,), (dict,)
 
-RANGES: dict[str, tuple[float, float]] = {"step": (0, 1_000_000), "node_id": (0, 65_535)}
 #: Most tasks one node of a step runs, and longest argv item and environment value.
 MAX_NODE_TASKS, MAX_ARG, MAX_VALUE = 4096, 128 * 1024, 32 * 1024
 
 CLIENT_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     # A step of job `job_id` (the caller's, running) running `argv` in `cwd` with `env`
     # (srun's environment), laid out as gq.steps.layout does; output and error: the step's
-    # files (default: the job's). Reply: step, ntasks, nodes.
+    # files (default: the job's); label: srun -l. Reply: step, ntasks, nodes.
     STEP_LAUNCH: {"job_id": (_INT, True), "argv": (_LIST, True), "env": (_DICT, True),
                   "cwd": (_STR, True), "ntasks": (_OPT_INT, False), "nodes": (_OPT_INT, False),
                   "ntasks_per_node": (_OPT_INT, False), "gpus_per_task": (_OPT_INT, False),
                   "cpus_per_task": (_OPT_INT, False), "kill_on_bad_exit": (_BOOL, False),
                   "output": (_OPT_STR, False), "error": (_OPT_STR, False),
                   "name": (_OPT_STR, False), "label": (_BOOL, False)},
-    # Reply: the step's record (gq.head.steps.Step.record): state RUNNING until every node's
+    # Reply: the step's record (gq.head.steps.step_record): state RUNNING until every node's
     # tasks ended, exit_code.
     STEP_STATUS: {"job_id": (_INT, True), "step": (_INT, True)},
     STEP_CANCEL: {"job_id": (_INT, True), "step": (_INT, True)},
 }
-NODE_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
-    # layout: gq.steps.to_wire; each node runs the tasks of its own entry.
-    STEP: {"job_id": (_INT, True), "restart": (_INT, True), "step": (_INT, True),
-           "argv": (_LIST, True), "env": (_DICT, True), "cwd": (_STR, True),
-           "layout": (_LIST, True), "stdout": (_STR, True), "stderr": (_STR, True),
-           "kill_on_bad_exit": (_BOOL, False), "master_addr": (_STR, False),
-           "cpus_per_task": (_OPT_INT, False), "grace_s": (_NUM, False),
-           "label": (_BOOL, False)},
-    # signal: TERM (then KILL after the step's grace) or KILL.
-    STEP_KILL: {"job_id": (_INT, True), "restart": (_INT, True), "step": (_INT, True),
-                "signal": (_STR, False)},
-}
 
 
-def _argv(key: str, value: list[Any], what: str) -> None:
+def argv_rule(key: str, value: Any, what: str) -> None:
+    """A command: strings without NUL, at least one."""
     if not value or not all(type(a) is str and len(a) <= MAX_ARG and "\0" not in a
                             for a in value):
         raise ProtocolError(f"{what}: {key!r} must be a command: strings, without NUL")
 
 
-def _env(key: str, value: dict[Any, Any], what: str) -> None:
+def env_rule(key: str, value: dict[Any, Any], what: str) -> None:
     """An environment, as execve takes one: names without '=' or NUL, values without NUL."""
     for name, val in value.items():
         if type(name) is not str or not 0 < len(name) <= 1024 or "=" in name or "\0" in name \
@@ -76,13 +61,12 @@ def _env(key: str, value: dict[Any, Any], what: str) -> None:
                                 "no NUL, no '=' in a name)")
 
 
-def _layout(key: str, value: list[Any], what: str) -> None:
+def layout_rule(key: str, value: Any, what: str) -> None:
     """Each node's entry: its name, SLURM_NODEID and tasks [procid, localid, [gpu, ...]]."""
     for i, part in enumerate(value):
         ok = type(part) is dict and type(part.get("node")) is str and \
             type(part.get("node_id")) is int and 0 <= part["node_id"] <= 65_535 and \
-            type(part.get("tasks")) is list and \
-            len(part["tasks"]) <= MAX_NODE_TASKS
+            type(part.get("tasks")) is list and len(part["tasks"]) <= MAX_NODE_TASKS
         for task in part.get("tasks", []) if ok else []:
             ok = ok and type(task) is list and len(task) == 3 and type(task[0]) is int and \
                 type(task[1]) is int and 0 <= task[0] < 2**31 and 0 <= task[1] < 2**31 and \
@@ -92,7 +76,4 @@ def _layout(key: str, value: list[Any], what: str) -> None:
             raise ProtocolError(f"{what}: {key}[{i}] is not a node's part of a step layout")
 
 
-RULES: dict[str, dict[str, Any]] = {
-    STEP_LAUNCH: {"argv": _argv, "env": _env},
-    STEP: {"argv": _argv, "env": _env, "layout": _layout},
-}
+CLIENT_RULES: dict[str, dict[str, Any]] = {STEP_LAUNCH: {"argv": argv_rule, "env": env_rule}}

@@ -440,7 +440,8 @@ class Store:
 
     def finished_jobs(self, *, user: str | None = None, since: float | None = None,
                       limit: int = 1000) -> list[Job]:
-        where, args = ["state NOT IN ('PENDING', 'RUNNING')"], []
+        where = ["state NOT IN ('PENDING', 'RUNNING')"]
+        args: list[str | float] = []
         if user:
             where.append("user = ?")
             args.append(user)

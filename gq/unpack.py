@@ -13,15 +13,25 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import msgpack
 
 from gq.defaults import MAX_CONTAINERS, MAX_MESSAGE_BYTES
 from gq.errors import ProtocolError
 
-#: msgpack's limits, as Unpacker's keyword arguments (max_str_len, max_array_len ...).
-Limits = dict[str, int]
+
+class Limits(TypedDict):
+    """msgpack's limits, as Unpacker's keyword arguments (typed, so a misspelt or a missing
+    limit is the type checker's error, not a silently unlimited message)."""
+
+    max_str_len: int
+    max_bin_len: int
+    max_array_len: int
+    max_map_len: int
+    max_ext_len: int
+
+
 #: How far into a frame rid_of looks (gq's clients put the rid third).
 RID_SCAN_BYTES = 64 * 1024
 #: The first byte of any map, and a byte that starts no msgpack value at all.

@@ -63,6 +63,7 @@ class Dealer:
             raise
 
     def _connect(self, deadline: float) -> socket.socket:
+        address: str | tuple[str, int]
         if self.endpoint.startswith("ipc://"):
             family, address = socket.AF_UNIX, self.endpoint[len("ipc://"):]
         elif self.endpoint.startswith("tcp://"):
@@ -114,7 +115,7 @@ class Dealer:
         except (Closed, TimeoutError, OSError):
             raise UnreachableError(self._unreachable) from None
 
-    def _socket_type(self, data: bytes) -> bytes | None:
+    def _socket_type(self, data: bytes | bytearray) -> bytes | None:
         """Socket-Type from READY's metadata (names are case-insensitive)."""
         at = 0
         while at < len(data):

@@ -353,6 +353,7 @@ def plan_head(state, tmp: Path):
     from gq import protocol
     from gq.config import Config
     from gq.head.core import Head
+    from gq.messages import read as read_message
     from gq.model import Job, JobSpec, JobState
     from gq.store import Store
     store = Store(tmp / "gq.db")
@@ -377,11 +378,11 @@ def plan_head(state, tmp: Path):
             on_node.setdefault(name, []).append([job.id, job.restart_count])
     with store.tx():
         for view in state.nodes:
-            head.handle_node(view.name, {
+            head.handle_node(view.name, read_message({
                 "type": protocol.REGISTER, "node": view.name, "cpus": view.cpus_free,
                 "mem": view.mem_free, "running": on_node.get(view.name, []),
                 "gpus": [{"index": g.index, "type": g.type, "memory": g.memory}
-                         for g in view.gpus]}, PLAN_NOW)
+                         for g in view.gpus]}), PLAN_NOW)
     head.take_orders()
     return head
 

@@ -68,7 +68,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                     "env": {"A": "1"}, "cwd": "/tmp",
                     "layout": [{"node": "node1", "node_id": 0, "tasks": [[0, 0, [0]]]}],
                     "stdout": "/tmp/o", "stderr": "/tmp/o", "kill_on_bad_exit": False,
-                    "master_addr": "node1", "cpus_per_task": None, "grace_s": 10.0,
+                    "master_addr": "node1", "cpus_per_task": 2, "grace_s": 10.0,
                     "label": False},
     stepwire.STEP_KILL: {"job_id": 1, "restart": 0, "step": 2, "signal": "KILL"},
     protocol.REPLY: {"rid": 1, "ok": True},

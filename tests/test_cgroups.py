@@ -19,6 +19,7 @@ import pytest
 from gq import config as config_mod
 from gq import protocol
 from gq.errors import ConfigError, ProtocolError
+from gq.messages import ArrayTask, Launch
 from gq.model import Gpu
 from gq.node import cgroups as cg
 from gq.node import cgroups_bpf, cgroups_v2
@@ -265,9 +266,10 @@ def _isolation(tmp_path: Path, **over: object) -> NodeIsolation:
     return NodeIsolation(V1Backend(hierarchies, "/gq", "n1"), tmp_path, **kw)
 
 
-def _msg(job_id: int, cpus: int = 0, mem: int = 0, gpus: list[int] | None = None) -> dict:
-    return {"job_id": job_id, "restart": 0, "spec": {"cpus": cpus, "mem": mem},
-            "gpus": gpus or []}
+def _msg(job_id: int, cpus: int = 0, mem: int = 0, gpus: list[int] | None = None) -> Launch:
+    return Launch(job_id=job_id, restart=0, spec={"cpus": cpus, "mem": mem},
+                  gpus=tuple(gpus or ()), rank=0, nodelist=("n1",), time_limit_s=0,
+                  stdout="/o", stderr="/e", job=ArrayTask())
 
 
 def test_a_runs_cpus_are_free_ones_first_then_the_least_shared(tmp_path: Path) -> None:
@@ -299,7 +301,7 @@ def test_a_restarted_gqnode_knows_the_cpus_its_adopted_runs_hold(tmp_path: Path)
     run_dir = tmp_path / "1.0"
     run_dir.mkdir()
     msg = _msg(1, cpus=2)
-    launch = {**msg, "isolation": first.plan(msg)}
+    launch = {**msg.wire(), "isolation": first.plan(msg)}
     (run_dir / shepherd.LAUNCH_FILE).write_bytes(msgpack.packb(launch, use_bin_type=True))
     again = _isolation(tmp_path)
     again.adopted((1, 0), run_dir)

@@ -11,6 +11,7 @@ from gq.config import Config
 from gq.head.auth import Caller
 from gq.head.core import Head
 from gq.head.views import pending_view as _pending_view
+from gq.messages import read as read_message
 from gq.model import JobSpec
 from gq.sched.priority import priority
 from gq.store import Store
@@ -22,10 +23,10 @@ T0 = 1_000_000.0
 def _register(head: Head, gpus: int, now: float) -> None:
     running = [[j.id, j.restart_count] for j in head.index.placed()]
     with head.store.tx():
-        head.handle_node("n0", {"type": protocol.REGISTER, "node": "n0", "cpus": 8,
+        head.handle_node("n0", read_message({"type": protocol.REGISTER, "node": "n0", "cpus": 8,
                                 "mem": 1 << 34, "running": running,
                                 "gpus": [{"index": i, "type": "fake", "memory": 1 << 34}
-                                         for i in range(gpus)]}, now)
+                                         for i in range(gpus)]}), now)
 
 
 def _head() -> Head:

@@ -24,10 +24,11 @@ from gq.head import gate
 from gq.head.auth import Caller
 from gq.head.core import Head
 from gq.head.launches import LAUNCH_RESEND_S
-from gq.head.orders import LaunchOrder
 from gq.head.reasons import STOPPING
 from gq.head.views import running_view as _running_view
 from gq.head.index import JobIndex
+from gq.messages import Launch
+from gq.messages import read as read_message
 from gq.model import Job, JobSpec, JobState
 from gq.store import Store
 from tests.headmemory import memory, store_rows
@@ -50,9 +51,10 @@ def _head() -> Head:
 
 
 def _register(head: Head, name: str, now: float, running: list[list[int]]) -> None:
-    head.handle_node(name, {"type": protocol.REGISTER, "node": name, "cpus": 8, "mem": 1 << 34,
-                            "gpus": [{"index": i, "type": "fake", "memory": 1 << 34}
-                                     for i in range(2)], "running": running}, now)
+    head.handle_node(name, read_message({
+        "type": protocol.REGISTER, "node": name, "cpus": 8, "mem": 1 << 34,
+        "gpus": [{"index": i, "type": "fake", "memory": 1 << 34} for i in range(2)],
+        "running": running}), now)
 
 
 def scan_check(head: Head, now: float) -> None:
@@ -208,10 +210,10 @@ class HeadChanges(RuleBasedStateMachine):
         with self._turn():
             for node in nodes:
                 self.seq += 1
-                self.head.handle_node(node, {
+                self.head.handle_node(node, read_message({
                     "type": protocol.REPORT, "node": node, "seq": self.seq, "job_id": job.id,
                     "restart": job.restart_count, "event": event, "state": state,
-                    "exit_code": 0, "time": self.now}, self.now)
+                    "exit_code": 0, "time": self.now}), self.now)
 
     @precondition(lambda self: any(j.reason in STOPPING for j in self.head.index.placed()))
     @rule(**PICK)
@@ -228,8 +230,8 @@ class HeadChanges(RuleBasedStateMachine):
         with self._turn():
             for name in NODES:
                 if name in self.head.registry.registered and (seconds < 40 or name != NODES[-1]):
-                    self.head.handle_node(name, {"type": protocol.HEARTBEAT, "node": name},
-                                          self.now)
+                    self.head.handle_node(
+                        name, read_message({"type": protocol.HEARTBEAT, "node": name}), self.now)
             self.head.tick(self.now)
 
     @rule(**REGISTER)
@@ -350,7 +352,7 @@ def test_a_launch_is_resent_when_due_and_not_once_confirmed() -> None:
         head.schedule(T0)
     (job,) = head.jobs.values()
     node = next(iter(job.alloc))
-    launches = [o for o in head.take_orders() if isinstance(o, LaunchOrder)]
+    launches = [o for o in head.take_orders() if isinstance(o.msg, Launch)]
     assert len(launches) == 1 and launches[0].node == node
 
     def resent(now: float) -> bool:
@@ -363,9 +365,9 @@ def test_a_launch_is_resent_when_due_and_not_once_confirmed() -> None:
     assert not resent(T0 + LAUNCH_RESEND_S + 2)  # sent again just now
     assert resent(T0 + 2 * LAUNCH_RESEND_S + 2)
     with head.store.tx():
-        head.handle_node(node, {"type": protocol.REPORT, "node": node, "seq": 1,
+        head.handle_node(node, read_message({"type": protocol.REPORT, "node": node, "seq": 1,
                                 "job_id": job.id, "restart": 0, "event": protocol.STARTED,
-                                "time": T0}, T0)
+                                "time": T0}), T0)
     head.take_orders()
     assert not resent(T0 + 10 * LAUNCH_RESEND_S)
     assert not head.table.launches.resends  # a confirmed launch is not looked at again

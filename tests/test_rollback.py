@@ -17,7 +17,9 @@ from gq.head.auth import Caller
 from gq.head.core import Head
 from gq.head.daemon import HeadServer
 from gq.head.jobs import JobTable
-from gq.head.orders import AckOrder
+from gq.head.orders import Order
+from gq.messages import Ack
+from gq.messages import read as read_message
 from gq.model import JobSpec, JobState
 from gq.store import Store
 from tests.headmemory import memory, store_rows
@@ -34,10 +36,10 @@ def head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Head:
     head = Head(Config(path=""), Store(tmp_path / "gq.db"), T0)
     with head.tx():
         for name in NODES:
-            head.handle_node(name, {"type": protocol.REGISTER, "node": name, "cpus": 8,
+            head.handle_node(name, read_message({"type": protocol.REGISTER, "node": name, "cpus": 8,
                                     "mem": 1 << 34, "running": [],
                                     "gpus": [{"index": i, "type": "fake", "memory": 1 << 34}
-                                             for i in range(2)]}, T0)
+                                             for i in range(2)]}), T0)
         spec = JobSpec(script="#!/bin/sh\ntrue\n", cwd="/tmp", gpus=1).to_dict()
         head.handle_client({"type": protocol.SUBMIT, "rid": 1, "jobs": [spec] * 8}, ANN, None,
                            T0)
@@ -117,12 +119,12 @@ def test_a_node_message_failing_midway_is_taken_back_and_not_acked(
     with head.tx():
         HeadServer._node(server, node, report, T0 + 1)  # type: ignore[arg-type]
     assert memory(head) == before and store_rows(head) == rows
-    assert not any(isinstance(o, AckOrder) for o in head.outbox)
+    assert not any(isinstance(o.msg, Ack) for o in head.outbox)
     monkeypatch.undo()
     with head.tx():
         HeadServer._node(server, node, report, T0 + 2)  # type: ignore[arg-type]
     assert head.store.get_job(1).state == JobState.COMPLETED and 1 not in head.jobs
-    assert AckOrder(node, 9) in head.outbox
+    assert Order(node, Ack(9)) in head.outbox
 
 
 def test_a_batch_failing_to_commit_takes_memory_back_to_the_last_commit(
@@ -134,11 +136,11 @@ def test_a_batch_failing_to_commit_takes_memory_back_to_the_last_commit(
     with pytest.raises(StoreError):
         with head.tx():
             head.handle_client({"type": protocol.CANCEL, "rid": 1, "ids": [1, 5]}, ANN, None, T0)
-            head.handle_node(node, {"type": protocol.REPORT, "node": node, "seq": 1,
+            head.handle_node(node, read_message({"type": protocol.REPORT, "node": node, "seq": 1,
                                     "job_id": 2, "restart": 0, "event": protocol.FINISHED,
-                                    "state": "FAILED", "exit_code": 3, "time": T0}, T0)
-            head.handle_node("n9", {"type": protocol.REGISTER, "node": "n9", "cpus": 8,
-                                    "mem": 1 << 34, "running": [], "gpus": []}, T0)
+                                    "state": "FAILED", "exit_code": 3, "time": T0}), T0)
+            head.handle_node("n9", read_message({"type": protocol.REGISTER, "node": "n9", "cpus": 8,
+                                    "mem": 1 << 34, "running": [], "gpus": []}), T0)
             head.schedule(T0 + 1)
             raise StoreError("disk full (test)")
     assert memory(head) == before and store_rows(head) == rows
@@ -191,14 +193,14 @@ def test_a_wait_answered_in_a_failed_batch_waits_again(head: Head) -> None:
            "event": protocol.FINISHED, "state": "COMPLETED", "exit_code": 0, "time": T0}
     with pytest.raises(StoreError):
         with head.tx():
-            head.handle_node(node, end, T0 + 1)
+            head.handle_node(node, read_message(end), T0 + 1)
             head.tick(T0 + 1)
             assert [c for c, _ in head.deferred] == ["waiter"]
             raise StoreError("disk full (test)")
     head.deferred.clear()  # as gqd's loop does after a failed batch
     assert [p.ids for p in head.listings.parked] == [[1]]
     with head.tx():
-        head.handle_node(node, end, T0 + 2)
+        head.handle_node(node, read_message(end), T0 + 2)
         head.tick(T0 + 2)
     [(client, reply)] = head.deferred
     assert client == "waiter" and protocol.decode(reply)["done"] is True

@@ -18,6 +18,7 @@ import msgpack
 import pytest
 
 from gq.cli.directives import translate_slurm
+from gq import fsutil
 from gq.errors import ExitStatus, UsageError
 from gq.model import JobSignal, JobSpec, parse_signal
 from gq.node import shepherd
@@ -209,7 +210,7 @@ def test_what_the_job_leaves_in_its_session_is_killed_when_it_ends(tmp_path: Pat
 def test_a_stop_order_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     target = tmp_path / "precious"
     target.write_text("keep")
-    (tmp_path / f".{shepherd.STOP_FILE}.tmp").symlink_to(target)  # the run dir is the user's
+    fsutil.temp_path(tmp_path / shepherd.STOP_FILE).symlink_to(target)  # the run dir is the user's
     shepherd.order_stop(tmp_path, "USR1", True, 5.0)
     assert target.read_text() == "keep"
     assert json.loads((tmp_path / shepherd.STOP_FILE).read_text()) == {

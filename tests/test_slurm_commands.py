@@ -382,3 +382,28 @@ def test_hostlists_expand_and_compress_as_slurms() -> None:
     for bad in ("n[1-", "n[3-1]", "n[a]", "n]"):
         with pytest.raises(Exception, match="bad hostlist"):
             expand(bad)
+
+
+def test_shepherds_installing_the_slurm_commands_at_once_all_get_whole_ones(tmp_path) -> None:
+    """Every job a node starts makes sure of its Slurm commands (gq.slurm.shims.ensure); jobs
+    start together, so many shepherds write the same files at the same moment. Each must come
+    out with the commands in place, none may fail (it once did, with ENOENT on the rename of a
+    temporary name they shared: the job ended FAILED, 127) or find half a file."""
+    import subprocess
+    import sys
+    from gq.slurm import shims
+    directory = tmp_path / "slurm-bin"
+    # Each writer removes the files and installs them again, many times, racing the others.
+    code = ("import sys; from pathlib import Path; from gq.slurm import shims\n"
+            "d = Path(sys.argv[1])\n"
+            "for _ in range(60):\n"
+            "    for c in shims.COMMANDS:\n"
+            "        (d / c).unlink(missing_ok=True)\n"
+            "    shims.ensure(d)\n")
+    writers = [subprocess.Popen([sys.executable, "-c", code, str(directory)],
+                                stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    errors = [w.communicate(timeout=120)[1] for w in writers]
+    assert all(w.returncode == 0 for w in writers), errors
+    for command in shims.COMMANDS:
+        assert (directory / command).read_text() == shims._text(command)
+    assert not list(directory.glob(".*.tmp")), "a writer left its temporary file"

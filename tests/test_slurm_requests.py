@@ -16,6 +16,7 @@ from gq.config import Config, PartitionConfig, from_dict
 from gq.errors import PermissionDenied, RefusedError
 from gq.head.auth import Caller
 from gq.head.core import Head
+from gq.messages import read as read_message
 from gq.store import Store
 from gq.tasks import Capacity, resolve
 
@@ -116,10 +117,10 @@ def test_the_default_gpus_go_to_a_gq_job_that_asks_for_none_and_not_to_a_slurm_s
 def _register(head: Head, name: str, gpus: int = 8, gpu_type: str = "a100", cpus: int = 32,
               mem: int = 256 * G, features: list[str] | None = None) -> None:
     with head.store.tx():
-        head.handle_node(name, {"type": protocol.REGISTER, "node": name, "cpus": cpus,
+        head.handle_node(name, read_message({"type": protocol.REGISTER, "node": name, "cpus": cpus,
                                 "mem": mem, "running": [], "features": features or [],
                                 "gpus": [{"index": i, "type": gpu_type, "memory": 80 * G}
-                                         for i in range(gpus)]}, T0)
+                                         for i in range(gpus)]}), T0)
 
 
 def _head(cfg: Config | None = None, nodes: int = 2) -> Head:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gq.messages import ArrayTask, Launch
 from gq.node.slurmenv import array_range, batch_env, tasks_per_node
 from gq.tasks import Capacity, resolve
 from tests.test_slurm_requests import _request
@@ -55,9 +56,9 @@ def _env(words: list[str], rank: int = 0, job: dict[str, Any] | None = None) -> 
     spec = resolve(_request(words, "#!/bin/sh\n#SBATCH -t 5\ntrue\n"), [NODE], 1, [])
     spec.update(user="root", uid=0, gid=0, qos="normal", partition="gpu")
     names = [f"n{i + 1}" for i in range(spec["nodes"])]
-    return batch_env({"spec": spec, "job": job or {}, "nodelist": names, "rank": rank,
-                      "job_id": 13, "restart": 0, "gpus": list(range(spec["gpus"])),
-                      "cluster": "gqpeer"})
+    return batch_env(Launch(job_id=13, restart=0, spec=spec, gpus=tuple(range(spec["gpus"])),
+                            rank=rank, nodelist=tuple(names), time_limit_s=0, stdout="/o",
+                            stderr="/e", job=ArrayTask(**(job or {})), cluster="gqpeer"))
 
 
 @pytest.mark.parametrize("words,expected,absent", CASES, ids=lambda c: " ".join(c)

@@ -15,6 +15,7 @@ from gq.config import Config, from_dict
 from gq.errors import ConfigError
 from gq.head.auth import Caller
 from gq.head.core import Head
+from gq.messages import read as read_message
 from gq.model import Gpu, JobSpec
 from gq.sched import NodeView, PendingJob, Policy, RunningJob, Snapshot, plan
 from gq.sim import trace as trace_mod
@@ -183,10 +184,10 @@ OWNER = Caller(uid=1000, user="ann", proven=True)
 def _head(cfg: Config) -> Head:
     head = Head(cfg, Store(":memory:"), NOW)
     with head.store.tx():
-        head.handle_node("n0", {"type": protocol.REGISTER, "node": "n0", "cpus": 8,
+        head.handle_node("n0", read_message({"type": protocol.REGISTER, "node": "n0", "cpus": 8,
                                 "mem": 1 << 34, "running": [],
                                 "gpus": [{"index": i, "type": "fake", "memory": 1 << 34}
-                                         for i in range(2)]}, NOW)
+                                         for i in range(2)]}), NOW)
     return head
 
 

@@ -67,7 +67,7 @@ class Api:
     def _endpoint(self, handler: Callable[[Request, str], Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             try:
-                return await handler(request, self.caller(request))  # type: ignore[no-any-return]
+                return await handler(request, self.caller(request))
             except GqError as exc:
                 return error_response(exc)
         return endpoint

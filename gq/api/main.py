@@ -14,7 +14,7 @@ from typing import Any
 
 from gq import config as config_mod
 from gq import keys, service
-from gq.errors import ConfigError, ExitStatus, GqError
+from gq.errors import ConfigError, GqError, start_status
 
 log = logging.getLogger("gq.api")
 
@@ -65,7 +65,7 @@ def serve(cfg: config_mod.Config, name: str) -> int:
 def _server_class() -> type:
     import uvicorn
 
-    class Server(uvicorn.Server):  # type: ignore[misc]
+    class Server(uvicorn.Server):
         """uvicorn's server, stopped by gq's rule: SIGTERM or SIGINT ends it gracefully and gq
         api exits 0 (uvicorn itself raises the signal again after its shutdown); a second one
         ends it at once."""
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(cfg, name)
     except (GqError, OSError) as exc:
         log.error("gq api cannot start: %s", exc)
-        return int(ExitStatus.START_FAILED)
+        return start_status(exc)
 
 
 if __name__ == "__main__":

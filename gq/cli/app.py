@@ -58,7 +58,9 @@ def register() -> None:
 def command() -> typer.core.TyperGroup:
     """The click command of `gq`, with every sub-command."""
     register()
-    return typer.main.get_command(app)
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)  # (typer makes a group of many commands)
+    return group
 
 
 def run(argv: list[str] | None) -> int:

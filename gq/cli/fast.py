@@ -94,10 +94,11 @@ def parse(options: Options, argv: list[str], interspersed: bool) -> Parse | None
                     return None  # click would take "-x" as the value; leave such lines to it
             if kind is int:
                 try:
-                    value = int(value)
+                    values[dest] = int(value)
                 except ValueError:
                     return None
-            values[dest] = value
+            else:
+                values[dest] = value
         given.add(dest)
     return values, given, positional
 

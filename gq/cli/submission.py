@@ -17,7 +17,7 @@ from typing import Any
 from gq import defaults
 from gq import spec as spec_fields
 from gq.cli.directives import directive_lines, translate_slurm
-from gq.errors import UsageError
+from gq.errors import ExitStatus, UsageError
 
 #: The options that steer the command rather than set a field; directives may give them too
 #: (but --wrap: a script has its own body).
@@ -177,4 +177,4 @@ def exit_code_of(job: dict[str, Any]) -> int:
     """The exit status `--wait` and `gq wait` return for a finished job."""
     if job["exit_code"] is not None:
         return int(job["exit_code"])
-    return 0 if job["state"] == "COMPLETED" else 1
+    return int(ExitStatus.OK if job["state"] == "COMPLETED" else ExitStatus.JOB_NO_STATUS)

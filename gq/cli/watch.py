@@ -7,6 +7,7 @@ On a terminal it is a full-screen rich view; otherwise each refresh prints the p
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import typer
@@ -47,7 +48,7 @@ def watch(
     return 0
 
 
-def _refreshes(interval: float, count: int):  # noqa: ANN202 - a generator of refresh numbers
+def _refreshes(interval: float, count: int) -> Iterator[int]:
     """1, 2, ... (up to `count` when it is not 0), sleeping `interval` between them."""
     n = 0
     while True:

@@ -32,6 +32,7 @@ from gq.head.partitions import Partitions
 from gq.head.steps import Steps
 from gq.head.submits import Submits
 from gq.head.tokens import Tokens
+from gq.messages import NodeMessage
 from gq.model import Job, Node
 from gq.sched import PendingJob, Snapshot, plan
 from gq.sched.priority import priority_of
@@ -247,7 +248,7 @@ class Head:
 
     # ------------------------------------------------------------ nodes and timers
 
-    def handle_node(self, name: str, msg: dict[str, Any], now: float) -> None:
+    def handle_node(self, name: str, msg: NodeMessage, now: float) -> None:
         self.outbox.extend(self.registry.handle(name, msg, now))
 
     def tick(self, now: float) -> None:

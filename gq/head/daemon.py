@@ -18,7 +18,7 @@ import zmq
 from gq import config as config_mod
 from gq import defaults, keys, protocol, service, unpack
 from gq.errors import (ConfigError, ExitStatus, GqError, PermissionDenied, ProtocolError,
-                       RefusedError, StoreError, StoreRefused)
+                       RefusedError, StoreError, start_status)
 from gq.fsutil import make_dirs, private_dir
 from gq.head.auth import DOMAIN, NODE_DOMAIN, RELAY_DOMAIN, ZapHandler, caller_of
 from gq.head.auth import user_id_of as _user_id
@@ -200,7 +200,7 @@ class HeadServer:
                 self.signals.drain()
             if self.signals.stop_requests >= 2:
                 log.warning("second stop signal: stopping now")
-                return 1
+                return int(ExitStatus.STOPPED_AT_ONCE)
             if self.signals.reload:
                 self._reload()
             requests = [r for s in self.clients if s in events for r in self._recv_clients(s)]
@@ -416,7 +416,7 @@ class HeadServer:
 
     def _node(self, name: str, payload: bytes, now: float) -> None:
         try:
-            msg = protocol.decode(payload, protocol.NODE_MESSAGES)
+            msg = protocol.from_node(payload)
             with self.head.isolated("node"):
                 self.head.handle_node(name, msg, now)
         except GqError as exc:
@@ -490,14 +490,11 @@ def main(argv: list[str] | None = None) -> int:
         lock = acquire(state_dir / "gqd.pid")
         store = Store(state_dir / defaults.DB_FILE)
         server = HeadServer(cfg, store)
-    except StoreRefused as exc:
-        # Nothing was written to the database; a restart would find it the same (the unit's
-        # RestartPreventExitStatus lists these statuses).
-        log.error("gqd cannot start: %s", exc)
-        return int(exc.exit_status)
     except (GqError, OSError, zmq.ZMQError) as exc:
+        # A refused database (StoreRefused: nothing was written to it) has a status of its own,
+        # which the unit's RestartPreventExitStatus lists.
         log.error("gqd cannot start: %s", exc)
-        return int(ExitStatus.START_FAILED)
+        return start_status(exc)
     try:
         return server.run()
     finally:

@@ -93,8 +93,9 @@ def screen(jobs: Iterable[Job], now: float, parent: Callable[[int], ParentState]
             out.eligible.append(job)
             continue
         out.waiting.append((job, reason))
-        if reason == BEGIN_TIME:
-            out.wake_at = min(out.wake_at or job.spec.begin_time, job.spec.begin_time)
+        begin = job.spec.begin_time
+        if reason == BEGIN_TIME and begin is not None:  # (BEGIN_TIME is given only with one)
+            out.wake_at = begin if out.wake_at is None else min(out.wake_at, begin)
         elif reason == NEVER and job.spec.kill_on_invalid_dep:
             out.invalid.append(job)
     return out

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from gq import defaults
+from gq import defaults, messages
 from gq.arrays import split_ref
 from gq.config import Config
 from gq.deps import ParentState
@@ -40,7 +40,7 @@ from gq.head.index import JobIndex
 from gq.head.journal import Journal
 from gq.head.launches import Launch, Launches
 from gq.head.mail import Mailer
-from gq.head.orders import LaunchOrder, Order, kills
+from gq.head.orders import Order, kills
 from gq.head.usage import Usage
 from gq.head.views import Views
 from gq.hostlist import natural_key
@@ -442,7 +442,7 @@ class JobTable:
         if job.state == JobState.RUNNING:
             # The batch script runs on the first node (the others hold the allocation for
             # steps): the job ends with it, or with the first node that failed before it.
-            first = next(iter(job.alloc), None)
+            first = next(iter(job.alloc), "")
             failed = [(s, c) for s, c in launch.results.values() if s != JobState.COMPLETED.value]
             if failed or first in launch.results or len(launch.results) == len(job.alloc):
                 end, exit_code = launch.results.get(first) or failed[0]
@@ -552,19 +552,20 @@ class JobTable:
     def _launch(self, job: Job, now: float, only: set[str] | None = None) -> list[Order]:
         """The launch orders of the job's run (for the nodes in `only`, else all of them)."""
         self.launches.sent(job.id, self.steady(now))
-        nodelist = list(job.alloc)
-        record = job.to_json()
+        nodelist = tuple(job.alloc)
         head = self.cfg.head
         root = head.checkpoint_root
         checkpoint_dir = f"{root.rstrip('/')}/{job.spec.user}/{job.id}" if root else ""
         master_addr = self.addr_of(nodelist[0])
         spec = job.spec.to_dict()
-        return [LaunchOrder(
-            node=node, job_id=job.id, restart=job.restart_count, spec=spec, gpus=gpus,
-            rank=rank, nodelist=nodelist, time_limit_s=job.spec.time_limit_s or 0,
-            stdout=job.output_path("output"), stderr=job.output_path("error"), job=record,
+        # Of the job's record, the shepherd needs only which array task it is.
+        task = messages.ArrayTask(job.array_job_id, job.array_index)
+        return [Order(node, messages.Launch(
+            job_id=job.id, restart=job.restart_count, spec=spec, gpus=tuple(gpus), rank=rank,
+            nodelist=nodelist, time_limit_s=job.spec.time_limit_s or 0,
+            stdout=job.output_path("output"), stderr=job.output_path("error"), job=task,
             grace_s=head.kill_grace_s, checkpoint_dir=checkpoint_dir, master_addr=master_addr,
-            cluster=head.cluster_name)
+            cluster=head.cluster_name))
             for rank, (node, gpus) in enumerate(job.alloc.items())
             if only is None or node in only]
 

@@ -121,6 +121,8 @@ class Metrics:
         self.registry.register(self)
         self._server, self._thread = start_http_server(port, host, registry=self.registry)
         bound_host, bound_port = self._server.server_address[:2]
+        if isinstance(bound_host, bytes):  # (socketserver's type allows it; AF_INET gives str)
+            bound_host = bound_host.decode()
         self.address = f"[{bound_host}]:{bound_port}" if ":" in bound_host \
             else f"{bound_host}:{bound_port}"
         log.info("serving metrics on http://%s/metrics", self.address)
@@ -162,8 +164,8 @@ class Metrics:
         total = Gauge("gq_node_gpus", "GPUs of each node", labels=["node"])
         alloc = Gauge("gq_node_gpus_allocated", "GPUs of each node held by jobs",
                       labels=["node"])
-        for name, state in sorted(s.nodes.items()):
-            node_state.add_metric([name, state], 1)
+        for name, now in sorted(s.nodes.items()):
+            node_state.add_metric([name, now], 1)
             total.add_metric([name], sum(g.node == name for g in s.gpus))
             alloc.add_metric([name], sum(g.node == name and g.job is not None for g in s.gpus))
         yield from (states, node_state, total, alloc, *_gpu_families(s.gpus))

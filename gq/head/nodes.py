@@ -16,13 +16,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gq import protocol, stepwire
+from gq import stepwire
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, UsageError
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
-from gq.head.orders import AckOrder, KillOrder, Order, ReregisterOrder
-from gq.model import Gpu, JobState, Node, NodeState
+from gq.head.orders import Order
+from gq.messages import (
+    FINISHED, MAX_NOTE, STARTED, Ack, Heartbeat, Kill, NodeMessage, Register, Report, Reregister)
+from gq.model import JobState, Node, NodeState
 from gq.store import Store
 
 log = logging.getLogger("gq.head")
@@ -49,7 +51,7 @@ class NodeRegistry:
         self.reshaped: Callable[[], None] = lambda: None
         #: A node's report that it started its tasks of a step, or that they ended
         #: (gq/head/steps.py).
-        self.step_report: Callable[[str, dict[str, Any], float], list[Order]] = \
+        self.step_report: Callable[[str, Report, float], list[Order]] = \
             lambda node, msg, now: []
 
     def load(self) -> None:
@@ -70,15 +72,14 @@ class NodeRegistry:
 
     # ------------------------------------------------------------ what nodes send
 
-    def handle(self, name: str, msg: dict[str, Any], now: float) -> list[Order]:
-        if msg["node"] != name:
-            raise ProtocolError(f"node {name!r} sent a message signed {msg['node']!r}")
-        kind = msg["type"]
-        if kind == protocol.REGISTER:
+    def handle(self, name: str, msg: NodeMessage, now: float) -> list[Order]:
+        if msg.node != name:
+            raise ProtocolError(f"node {name!r} sent a message signed {msg.node!r}")
+        if isinstance(msg, Register):
             return self._register(name, msg, now)
         if name not in self.registered:
             # A head restart forgot this node's connection: ask it to register again.
-            return [ReregisterOrder(name)]
+            return [Order(name, Reregister())]
         node = self.nodes[name]
         node.last_seen = now  # shown; liveness is `heard`
         self.heard[name] = self.table.steady(now)
@@ -87,24 +88,19 @@ class NodeRegistry:
             node.state, node.reason = NodeState.UP, ""
             self.store.save_node(node)
             self.table.touch()
-        if kind == protocol.HEARTBEAT:
-            node.telemetry = {int(k): v for k, v in msg.get("telemetry", {}).items()
-                              if str(k).isdigit() and isinstance(v, dict)}
-            out = self._check_health(node, msg.get("health") or [], now)
-            self._check_disk(node, msg.get("disk") or "")
+        if isinstance(msg, Heartbeat):
+            # (the schema has checked each key a GPU index and each value a map of readings)
+            node.telemetry = {int(k): v for k, v in msg.telemetry.items()}
+            out = self._check_health(node, list(msg.health), now)
+            self._check_disk(node, msg.disk or "")
             return out
-        if kind == protocol.REPORT:
-            return [*self._report(node, msg, now), AckOrder(name, msg["seq"])]
-        return []
+        return [*self._report(node, msg, now), Order(name, Ack(msg.seq))]
 
-    def _register(self, name: str, msg: dict[str, Any], now: float) -> list[Order]:
-        gpus = [Gpu(index=g["index"], type=str(g["type"]), memory=int(g["memory"]),
-                    uuid=str(g.get("uuid", "")), name=str(g.get("name", "")))
-                for g in msg["gpus"] if isinstance(g, dict)]
+    def _register(self, name: str, msg: Register, now: float) -> list[Order]:
+        gpus = list(msg.gpus)
         old = self.nodes.get(name)
-        node = Node(name=name, gpus=gpus, cpus=msg["cpus"], mem=msg["mem"], state=NodeState.UP,
-                    last_seen=now, addr=msg.get("addr") or name,
-                    features=[str(f) for f in msg.get("features") or []])
+        node = Node(name=name, gpus=gpus, cpus=msg.cpus, mem=msg.mem, state=NodeState.UP,
+                    last_seen=now, addr=msg.addr or name, features=list(msg.features))
         if old is None or old.features != node.features:
             self.reshaped()
         if old and (old.drain_reason or old.state == NodeState.DRAIN):
@@ -116,9 +112,8 @@ class NodeRegistry:
         self.heard[name] = self.table.steady(now)
         self.store.save_node(node)
         self.table.touch()
-        log.info("node %s registered: %d GPUs (%s)", name, len(gpus), msg.get("gpu_source", "?"))
-        running = {(int(j), int(r)) for j, r in (e for e in msg["running"]
-                                                 if isinstance(e, list) and len(e) == 2)}
+        log.info("node %s registered: %d GPUs (%s)", name, len(gpus), msg.gpu_source or "?")
+        running = set(msg.running)
         out: list[Order] = []
         for job_id, restart in running:
             job = self.table.jobs.get(job_id)
@@ -127,7 +122,7 @@ class NodeRegistry:
                 self.table.adopt(job, name, now)
             else:
                 # Not ours to run (cancelled, requeued, forgotten): stop it on the node.
-                out.append(KillOrder(name, job_id, restart, "KILL"))
+                out.append(Order(name, Kill(job_id, restart, "KILL")))
         for job in self.table.running_on(name):
             launch = self.table.launches[job.id]
             if (job.id, job.restart_count) not in running and name in launch.confirmed \
@@ -171,34 +166,33 @@ class NodeRegistry:
             self.store.save_node(node)
             self.table.touch()
 
-    def _report(self, node: Node, msg: dict[str, Any], now: float) -> list[Order]:
-        job = self.table.jobs.get(msg["job_id"])
-        if job is None or msg["job_id"] not in self.table.launches \
-                or job.restart_count != msg["restart"]:
-            log.info("ignoring stale %s report for job %s run %s from %s", msg["event"],
-                     msg["job_id"], msg["restart"], node.name)
+    def _report(self, node: Node, msg: Report, now: float) -> list[Order]:
+        job = self.table.jobs.get(msg.job_id)
+        if job is None or msg.job_id not in self.table.launches \
+                or job.restart_count != msg.restart:
+            log.info("ignoring stale %s report for job %s run %s from %s", msg.event,
+                     msg.job_id, msg.restart, node.name)
             return []
         if node.name not in job.alloc:
             # Only a node that holds the run speaks for it (each rank of a gang job for itself:
             # results are kept per node); another node's report, forged or confused, is dropped
             # (and acked, so it is not sent again).
             log.warning("dropping %s report for job %d run %d from node %s, which does not hold "
-                        "it (it runs on %s)", msg["event"], job.id, job.restart_count, node.name,
+                        "it (it runs on %s)", msg.event, job.id, job.restart_count, node.name,
                         ",".join(job.alloc))
             return []
-        if msg["event"] == protocol.STARTED:
+        if msg.event == STARTED:
             self.table.rank_started(job, node.name)
             return []
-        if msg["event"] in (stepwire.STEP_STARTED, stepwire.STEP_ENDED):
+        if msg.event in (stepwire.STEP_STARTED, stepwire.STEP_ENDED):
             return self.step_report(node.name, msg, now)
-        if msg["event"] != protocol.FINISHED:
+        if msg.event != FINISHED:
             return []
-        out = self.table.rank_ended(job, node.name, str(msg.get("state") or "FAILED"),
-                                    msg.get("exit_code"), now, msg.get("max_rss"),
-                                    msg.get("cpu_s"))
-        if msg.get("note") and job.state.terminal and not job.reason:
+        out = self.table.rank_ended(job, node.name, msg.state or "FAILED", msg.exit_code, now,
+                                    msg.max_rss, msg.cpu_s)
+        if msg.note and job.state.terminal and not job.reason:
             # Why it could not start (its output file, say): shown by `gq show`.
-            self.table.set_reason(job, str(msg["note"])[:protocol.MAX_NOTE])
+            self.table.set_reason(job, msg.note[:MAX_NOTE])
         return out
 
     # ------------------------------------------------------------ timers

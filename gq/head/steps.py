@@ -24,7 +24,9 @@ from gq.errors import NotFoundError, PermissionDenied, RefusedError
 from gq.head import reasons
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
-from gq.head.orders import Order, StepKillOrder, StepOrder
+from gq.head.orders import Order
+from gq.messages import Report, StepKill
+from gq.messages import Step as StepMessage
 from gq.model import Job, JobState, expand_pattern, iso_time
 from gq.store import Store
 
@@ -62,7 +64,7 @@ class Step:
     end_time: float | None = None
     #: The order's fields, for resends, and when it was last sent (steady clock); the nodes
     #: that confirmed it. Memory only: a step gqd took up after a restart is not resent.
-    order: dict[str, Any] | None = None
+    order: StepMessage | None = None
     sent_at: float = 0.0
     confirmed: set[str] = field(default_factory=set)
 
@@ -86,6 +88,11 @@ class Step:
                    bool(detail.get("kill_on_bad_exit")), left=set(nodes) - set(codes),
                    codes=codes, first_bad=detail.get("first_bad"),
                    cancelled=bool(detail.get("cancelled")))
+
+
+def _kills(step: Step, nodes: set[str]) -> list[Order]:
+    """End the step's tasks on `nodes`."""
+    return [Order(n, StepKill(step.job_id, step.restart, step.step)) for n in sorted(nodes)]
 
 
 def step_record(row: dict[str, Any]) -> dict[str, Any]:
@@ -129,16 +136,15 @@ class Steps:
             or job.output_path("output")
         stderr = self._path(msg.get("error"), msg["cwd"], job, step_id) \
             or (stdout if msg.get("output") else job.output_path("error"))
-        fields = {"job_id": job.id, "restart": job.restart_count, "step": step_id,
-                  "argv": list(msg["argv"]), "env": dict(msg["env"]), "cwd": msg["cwd"],
-                  "layout": layout_mod.to_wire(parts), "stdout": stdout, "stderr": stderr,
-                  "kill_on_bad_exit": step.kill_on_bad_exit,
-                  "master_addr": self.table.addr_of(nodelist[0]) or nodelist[0],
-                  "cpus_per_task": msg.get("cpus_per_task"),
-                  "grace_s": float(self.table.cfg.head.kill_grace_s),
-                  "label": bool(msg.get("label"))}
-        step.order = fields
-        self.send([StepOrder(p.node, fields) for p in parts])
+        order = StepMessage(
+            job_id=job.id, restart=job.restart_count, step=step_id, argv=tuple(msg["argv"]),
+            env=dict(msg["env"]), cwd=msg["cwd"], layout=tuple(layout_mod.to_wire(parts)),
+            stdout=stdout, stderr=stderr, kill_on_bad_exit=step.kill_on_bad_exit,
+            master_addr=self.table.addr_of(nodelist[0]) or nodelist[0],
+            cpus_per_task=msg.get("cpus_per_task"),
+            grace_s=float(self.table.cfg.head.kill_grace_s), label=bool(msg.get("label")))
+        step.order = order
+        self.send([Order(p.node, order) for p in parts])
         log.info("job %d step %d: %d task(s) on %s", job.id, step_id, step.ntasks,
                  ",".join(step.nodes))
         return {"step": step_id, "ntasks": step.ntasks, "nodes": step.nodes}
@@ -161,31 +167,31 @@ class Steps:
         step = self.live.get((job.id, msg["step"]))
         if step is None:
             return {"done": False}
-        self.send([StepKillOrder(n, job.id, step.restart, step.step) for n in step.left])
+        self.send(_kills(step, step.left))
         return {"done": True}
 
     # ------------------------------------------------------------ what nodes report
 
-    def node_report(self, node: str, msg: dict[str, Any], now: float) -> list[Order]:
+    def node_report(self, node: str, msg: Report, now: float) -> list[Order]:
         """`node` started its tasks of a step, or they have all ended (its worst exit code in
         the report)."""
-        step = self.live.get((msg["job_id"], msg.get("step", -1)))
-        if step is None or step.restart != msg["restart"] or node not in step.left:
+        step = self.live.get((msg.job_id, -1 if msg.step is None else msg.step))
+        if step is None or step.restart != msg.restart or node not in step.left:
             return []  # a step already ended (its job stopped), or a resent report
         self._keep(step)
         step.confirmed.add(node)
-        if msg["event"] == stepwire.STEP_STARTED:
+        if msg.event == stepwire.STEP_STARTED:
             return []
         step.left.discard(node)
-        code = msg.get("exit_code")
-        step.codes[node] = 137 if code is None else int(code)
-        step.cancelled = step.cancelled or msg.get("state") == JobState.CANCELLED.value
+        step.codes[node] = 137 if msg.exit_code is None else int(msg.exit_code)
+        stopped = msg.state == JobState.CANCELLED.value
+        step.cancelled = step.cancelled or stopped
         out: list[Order] = []
         if step.kill_on_bad_exit and step.codes[node] != 0 and step.left:
             # srun -K: the first failing task ends the step everywhere.
-            out = [StepKillOrder(n, step.job_id, step.restart, step.step) for n in step.left]
+            out = _kills(step, step.left)
         if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None \
-                and msg.get("state") != JobState.CANCELLED.value:
+                and not stopped:
             step.first_bad = step.codes[node]
         if step.left:
             stepstore.put(self.store.conn, step.row())
@@ -217,7 +223,7 @@ class Steps:
             if step.order is not None and missing and steady - step.sent_at > STEP_RESEND_S:
                 self._keep(step)
                 step.sent_at = steady
-                out += [StepOrder(n, step.order) for n in sorted(missing)]
+                out += [Order(n, step.order) for n in sorted(missing)]
         return out
 
     def _job(self, job_id: int, caller: Caller, changing: bool = False) -> Job:

@@ -130,7 +130,7 @@ class Tokens:
         return found
 
 
-class Refusals(dict):  # type: ignore[type-arg]
+class Refusals(dict):
     """Job reference -> why an action on it was refused (the reply's `errors`), with each
     refusal's error code (`codes`: the reply's `error_codes`, from which gq api takes its
     HTTP status)."""

@@ -11,6 +11,7 @@ import os
 import posixpath
 import re
 import resource
+import select
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -137,6 +138,14 @@ def procs(path: str) -> list[int]:
     return found
 
 
+def pause(seconds: float) -> None:
+    """Wait `seconds`, for the daemons and shepherds: a select with no descriptors, not
+    time.sleep. Python's time.sleep is clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), which the
+    libfaketime of the clock-step test breaks (EINVAL, libfaketime issue 426): a shepherd died of
+    it mid-kill, its job requeued. A relative timeout waits the same under any clock."""
+    select.select([], [], [], seconds)
+
+
 def remove_tree(path: str, timeout_s: float = 1.0) -> bool:
     """rmdir the cgroup at `path`, its children first; True if it is gone. A cgroup whose last
     process was just killed may stay busy (EBUSY) for a moment after cgroup.procs reads empty,
@@ -153,7 +162,7 @@ def remove_tree(path: str, timeout_s: float = 1.0) -> bool:
             return True
         if time.monotonic() > deadline:
             return False
-        time.sleep(KILL_POLL_S)
+        pause(KILL_POLL_S)
 
 
 def rmdir_up(path: str, top: str) -> None:
@@ -197,7 +206,7 @@ def kill_all(members: Callable[[], list[int]], timeout_s: float, reap: Callable[
         reap()
         if time.monotonic() > deadline:
             return not members()
-        time.sleep(KILL_POLL_S)
+        pause(KILL_POLL_S)
 
 
 def signal_all(pids: list[int], sig: int) -> None:

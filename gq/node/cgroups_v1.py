@@ -214,4 +214,4 @@ def _freeze(path: str, on: bool) -> None:
         cg.write(state, "FROZEN" if on else "THAWED")
         deadline = time.monotonic() + FREEZE_TIMEOUT_S
         while on and cg.read(state).strip() == "FREEZING" and time.monotonic() < deadline:
-            time.sleep(cg.KILL_POLL_S)
+            cg.pause(cg.KILL_POLL_S)

@@ -19,14 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import zmq
 
-from gq import defaults, keys, protocol, service, stepwire
+from gq import defaults, keys, protocol, service
 from gq.errors import GqError
 from gq.fsutil import private_dir
+from gq.messages import (
+    FINISHED, MAX_NOTE, STARTED, Ack, HeadMessage, Heartbeat, Kill, Launch, Message, Register,
+    Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
 from gq.node import disk, shepherd, trash
+from gq.node.runfiles import RunOrder, write_order
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
@@ -111,8 +114,7 @@ class NodeDaemon:
 
     def adopt(self) -> None:
         """Pick up runs from the state directory: live shepherds and unreported ends."""
-        reported = {(e["job_id"], e["restart"]) for e in self.outbox.entries()
-                    if e.get("event") == protocol.FINISHED}
+        reported = set(self._unacked_ends())
         for run_dir in sorted(self.jobs_dir.iterdir()):
             try:
                 job_id, restart = (int(x) for x in run_dir.name.split("."))
@@ -133,13 +135,17 @@ class NodeDaemon:
 
     def register(self) -> None:
         """Tell the head what this node has, runs it still holds included (their ends too)."""
-        self._send(protocol.REGISTER, node=self.name, addr=self.addr, cpus=self.cpus,
-                   mem=self.mem, gpu_source=self.gpu_source.kind, features=self.features,
-                   gpus=[{"index": g.index, "type": g.type, "memory": g.memory, "uuid": g.uuid,
-                          "name": g.name} for g in self.gpus],
-                   running=[[r.job_id, r.restart] for r in self.runs.values()]
-                   + [[e["job_id"], e["restart"]] for e in self.outbox.entries()
-                      if e.get("event") == protocol.FINISHED])
+        self._send(Register(
+            node=self.name, addr=self.addr, cpus=self.cpus, mem=self.mem,
+            gpu_source=self.gpu_source.kind, features=tuple(self.features), gpus=tuple(self.gpus),
+            running=tuple((r.job_id, r.restart) for r in self.runs.values())
+            + tuple(self._unacked_ends())))
+
+    def _unacked_ends(self) -> list[tuple[int, int]]:
+        """(job_id, restart) of the runs whose end the outbox holds, not yet acked (it keeps
+        reports' wire forms: Report.wire's, and older gqnodes' of the same keys)."""
+        return [(e["job_id"], e["restart"]) for e in self.outbox.entries()
+                if e.get("event") == FINISHED]
 
     # ------------------------------------------------------------ the loop
 
@@ -204,34 +210,32 @@ class NodeDaemon:
             except zmq.Again:
                 return
             try:
-                msg = protocol.decode(frame, protocol.HEAD_TO_NODE)
-                self._handle(msg)
+                self._handle(protocol.from_head(frame))
             except GqError as exc:
                 log.warning("dropping message from head: %s", exc)
 
-    def _handle(self, msg: dict[str, Any]) -> None:
-        kind = msg["type"]
-        if kind == protocol.LAUNCH:
+    def _handle(self, msg: HeadMessage) -> None:
+        if isinstance(msg, Launch):
             self.launch(msg)
-        elif kind == protocol.KILL:
+        elif isinstance(msg, Kill):
             self.kill(msg)
-        elif kind == protocol.ACK:
-            entry = self.outbox.ack(msg["seq"])
-            if entry and entry.get("event") == protocol.FINISHED:
+        elif isinstance(msg, Ack):
+            entry = self.outbox.ack(msg.seq)
+            if entry and entry.get("event") == FINISHED:
                 trash.remove(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}")
             elif entry:
                 self.steps.acked(entry)
-        elif kind == protocol.REREGISTER:
+        elif isinstance(msg, Reregister):
             self.register()
-        elif kind == stepwire.STEP:
-            run = self.runs.get((msg["job_id"], msg["restart"]))
-            self.steps.start(msg, run.dir if run else None)
-        elif kind == stepwire.STEP_KILL:
-            self.steps.kill(msg["job_id"], msg["restart"], msg["step"], msg.get("signal", "TERM"))
+        elif isinstance(msg, Step):
+            run = self.runs.get((msg.job_id, msg.restart))
+            self.steps.start(msg.wire(), run.dir if run else None)
+        elif isinstance(msg, StepKill):
+            self.steps.kill(msg.job_id, msg.restart, msg.step, msg.signal)
 
     # ------------------------------------------------------------ runs
 
-    def launch(self, msg: dict[str, Any]) -> None:
+    def launch(self, msg: Launch) -> None:
         try:
             self._launch(msg)
         except OSError as exc:
@@ -239,21 +243,19 @@ class NodeDaemon:
             # fault. gqd requeues the job (within its --retries) and drains the node: a full
             # disk until it has room again (its other jobs go on), anything else until gqnode
             # restarts (its heartbeats say so).
-            shutil.rmtree(self.jobs_dir / f".{msg['job_id']}.{msg['restart']}.tmp",
+            shutil.rmtree(self.jobs_dir / f".{msg.job_id}.{msg.restart}.tmp",
                           ignore_errors=True)
             problem = f"gqnode cannot launch jobs: {exc}"
             if not self.disk.failed(exc):
                 self.launch_problem = problem
-            log.error("job %d run %d: %s", msg["job_id"], msg["restart"], problem)
-            self.isolation.forget((msg["job_id"], msg["restart"]))
+            log.error("job %d run %d: %s", msg.job_id, msg.restart, problem)
+            self.isolation.forget((msg.job_id, msg.restart))
             self._next_heartbeat = 0.0
-            self.outbox.put({"node": self.name, "job_id": msg["job_id"],
-                             "restart": msg["restart"], "event": protocol.FINISHED,
-                             "state": JobState.NODE_FAIL.value, "exit_code": None,
-                             "time": time.time(), "note": problem})
+            self._report(msg.job_id, msg.restart, FINISHED, time.time(),
+                         state=JobState.NODE_FAIL.value, note=problem)
 
-    def _launch(self, msg: dict[str, Any]) -> None:
-        key = (msg["job_id"], msg["restart"])
+    def _launch(self, msg: Launch) -> None:
+        key = (msg.job_id, msg.restart)
         run_dir = self.jobs_dir / f"{key[0]}.{key[1]}"
         if key in self.runs or run_dir.exists():
             return  # a resent launch: this run already started here
@@ -265,13 +267,10 @@ class NodeDaemon:
         # Neither the order nor the shepherd's pid needs an fsync: both only matter while this
         # boot's shepherd lives (a host crash kills it, and adopt() then reports the run lost
         # either way). The order needs no atomic write either: its directory is renamed whole.
-        # With it, how the run is confined (gq.node.isolation), for its shepherd and for us.
-        msg = {**msg, "isolation": self.isolation.plan(msg)}
-        if self.relay:  # the job's gq commands go through this node (shepherd: GQ_ENDPOINT)
-            msg = {**msg, "relay": self.relay.endpoint}
-        with open(os.open(tmp / shepherd.LAUNCH_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                          0o600), "wb") as order:  # the job's environment: its secrets
-            order.write(msgpack.packb(msg, use_bin_type=True))
+        # With it, how the run is confined (gq.node.isolation), for its shepherd and for us,
+        # and the relay the job's gq commands go through (shepherd: GQ_ENDPOINT).
+        write_order(tmp / shepherd.LAUNCH_FILE, RunOrder(
+            msg, self.isolation.plan(msg), self.relay.endpoint if self.relay else ""))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
         started = _proc_start(pid)
@@ -282,25 +281,24 @@ class NodeDaemon:
             log.warning("job %d run %d: cannot record its shepherd's pid: %s", key[0], key[1],
                         exc)
         self.runs[key] = Run(key[0], key[1], run_dir, pid, started, child=True)
-        self.outbox.put({"node": self.name, "job_id": key[0], "restart": key[1],
-                         "event": protocol.STARTED, "time": time.time()})
-        log.info("job %d run %d started (shepherd %d, GPUs %s)", key[0], key[1], pid, msg["gpus"])
+        self._report(key[0], key[1], STARTED, time.time())
+        log.info("job %d run %d started (shepherd %d, GPUs %s)", key[0], key[1], pid,
+                 list(msg.gpus))
 
-    def kill(self, msg: dict[str, Any]) -> None:
+    def kill(self, msg: Kill) -> None:
         """Pass a KILL on to the run's shepherd: SIGUSR1 to kill at once; else the stop order
         (which signal, to whom, how much grace) into the run's directory, then SIGTERM."""
-        run = self.runs.get((msg["job_id"], msg["restart"]))
+        run = self.runs.get((msg.job_id, msg.restart))
         if run is None:
             return
-        sig = msg.get("signal", "TERM")
-        no_kill = bool(msg.get("no_kill")) and sig != "KILL"
-        if not msg.get("batch_only"):  # the job's steps here get its signal (and end with it)
-            self.steps.kill(run.job_id, run.restart, sig=sig, grace_s=msg.get("grace_s"),
+        sig = msg.signal
+        no_kill = msg.no_kill and sig != "KILL"
+        if not msg.batch_only:  # the job's steps here get its signal (and end with it)
+            self.steps.kill(run.job_id, run.restart, sig=sig, grace_s=msg.grace_s,
                             no_kill=no_kill)
         if sig != "KILL":
             try:
-                shepherd.order_stop(run.dir, sig, msg.get("batch_only", False), msg.get("grace_s"),
-                                    no_kill=no_kill)
+                shepherd.order_stop(run.dir, sig, msg.batch_only, msg.grace_s, no_kill=no_kill)
             except OSError as exc:
                 if no_kill:  # a SIGTERM without the order would stop the job: send nothing
                     log.warning("job %d run %d: cannot write its signal order (%s): not sent",
@@ -350,11 +348,9 @@ class NodeDaemon:
             # The node cannot confine jobs (its cgroups, a mount): drained, as for a launch.
             self.launch_problem = f"gqnode cannot launch jobs: {status.get('note')}"
             self._next_heartbeat = 0.0
-        self.outbox.put({"node": self.name, "job_id": run.job_id, "restart": run.restart,
-                         "event": protocol.FINISHED, "state": status["state"],
-                         "exit_code": status["exit_code"], "time": status["end_time"],
-                         "note": str(status.get("note") or "")[:protocol.MAX_NOTE],
-                         **protocol.usage_fields(status)})
+        self._report(run.job_id, run.restart, FINISHED, status["end_time"],
+                     state=status["state"], exit_code=status["exit_code"],
+                     note=str(status.get("note") or "")[:MAX_NOTE], **usage_fields(status))
         if status.get("note"):
             log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
         self.runs.pop((run.job_id, run.restart), None)
@@ -367,12 +363,19 @@ class NodeDaemon:
     def _heartbeat(self) -> None:
         # health: faults that make results suspect (gqd drains the node and requeues its jobs);
         # disk: a full state disk (gqd drains it until the problem is gone; its jobs go on).
-        self._send(protocol.HEARTBEAT, node=self.name,
-                   telemetry={str(k): v for k, v in self.gpu_source.telemetry().items()},
-                   health=self.gpu_source.health()
-                   + ([self.health.problem] if self.health and self.health.problem else [])
-                   + ([self.launch_problem] if self.launch_problem else []),
-                   disk=self.disk.problem)
+        self._send(Heartbeat(
+            node=self.name,
+            telemetry={str(k): v for k, v in self.gpu_source.telemetry().items()},
+            health=tuple(self.gpu_source.health())
+            + ((self.health.problem,) if self.health and self.health.problem else ())
+            + ((self.launch_problem,) if self.launch_problem else ()),
+            disk=self.disk.problem))
+
+    def _report(self, job_id: int, restart: int, event: str, when: float, **end: Any) -> None:
+        """Put a run's report in the outbox (which gives it its seq), as its wire form: the
+        outbox keeps it on disk until gqd acks it. `end`: a finished run's Report fields."""
+        self.outbox.put(Report(node=self.name, seq=0, job_id=job_id, restart=restart,
+                               event=event, time=when, **end).wire())
 
     def _flush_outbox(self, now: float) -> None:
         held = self.outbox.unwritten
@@ -393,11 +396,17 @@ class NodeDaemon:
                 log.error("%s", self.launch_problem)
                 self._next_heartbeat = 0.0
         for entry in self.outbox.due(now, defaults.OUTBOX_RESEND_S):
-            self._send(protocol.REPORT, **entry)
+            try:
+                report = Report.from_wire(entry)
+            except (KeyError, TypeError) as exc:  # not a report this gqnode wrote: junk
+                log.warning("dropping outbox entry %s: %r", entry.get("seq"), exc)
+                self.outbox.ack(entry["seq"])
+                continue
+            self._send(report)
 
-    def _send(self, msg_type: str, **fields: Any) -> None:
+    def _send(self, msg: Message) -> None:
         try:
-            self.sock.send(protocol.encode(msg_type, **fields), zmq.NOBLOCK)
+            self.sock.send(protocol.encode_message(msg), zmq.NOBLOCK)
         except zmq.Again:
             pass  # not connected yet: heartbeats repeat and reports are resent from the outbox
 

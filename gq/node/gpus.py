@@ -128,7 +128,8 @@ class NvmlGpus:
 
     def __init__(self, nvml: Any = None) -> None:
         if nvml is None:
-            import pynvml as nvml  # lazily: importing gq.node.gpus must not load NVML
+            import pynvml  # lazily: importing gq.node.gpus must not load NVML
+            nvml = pynvml
         self._nvml = nvml
         nvml.nvmlInit()
         try:
@@ -210,9 +211,10 @@ def open_gpus(fake_spec: str | None, nvml: Any = None,
         return FakeGpus(fake_spec, fault_file)
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
         except ImportError as e:
             return _no_nvml(e)
+        nvml = pynvml
     try:
         return NvmlGpus(nvml)
     except (nvml.NVMLError, OSError) as e:

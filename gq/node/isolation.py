@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from gq import defaults
+from gq.messages import Launch
 from gq.model import Gpu, JobState, format_size
 from gq.node import cgroups as cg
 from gq.node import privatetmp
@@ -136,12 +137,12 @@ class NodeIsolation:
 
     # ------------------------------------------------------------ launches
 
-    def plan(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def plan(self, launch: Launch) -> dict[str, Any]:
         """The run's isolation for its launch file; the CPUs it gets are taken."""
-        key = (msg["job_id"], msg["restart"])
-        own = {self.devices[i] for i in msg.get("gpus") or () if i in self.devices}
-        limits = Limits(mem=job_memory(msg["spec"], self.mem),
-                        cpus=self._take_cpus(key, int(msg["spec"].get("cpus") or 0)),
+        key = (launch.job_id, launch.restart)
+        own = {self.devices[i] for i in launch.gpus if i in self.devices}
+        limits = Limits(mem=job_memory(launch.spec, self.mem),
+                        cpus=self._take_cpus(key, int(launch.spec.get("cpus") or 0)),
                         pids=self.pids_max or None, deny=tuple(sorted(self.all_gpus - own)),
                         allow=tuple(sorted(own | set(self.control))))
         return {"limits": limits.to_dict(),
@@ -227,10 +228,6 @@ class RunIsolation:
         self.limits = Limits.from_dict(plan.get("limits") or {})
         self.cgroup = cg.job_cgroup(plan.get("cgroup"), self.limits)
         self.tmp: str | None = plan.get("tmp")
-
-    @classmethod
-    def of(cls, launch: dict[str, Any]) -> RunIsolation:
-        return cls(launch.get(LAUNCH_KEY))
 
     @property
     def tracks(self) -> bool:

@@ -18,7 +18,7 @@ import zmq
 
 from gq import config as config_mod
 from gq import keys, service
-from gq.errors import ExitStatus, GqError
+from gq.errors import GqError, start_status
 from gq.fsutil import private_dir
 from gq.model import parse_size
 from gq.node.daemon import NodeDaemon
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             daemon = _node(args, cfg, name, state_dir)
     except (GqError, OSError, zmq.ZMQError) as exc:
         log.error("gqnode cannot start: %s", exc)
-        return int(ExitStatus.START_FAILED)
+        return start_status(exc)
     try:
         return daemon.run()
     finally:

@@ -7,9 +7,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
+from gq.messages import Launch
+
+#: The run's order (RunOrder), written by gqnode before the run's directory exists.
 LAUNCH_FILE = "launch.msg"
 #: The run's record, one line a fact, appended as each is known: "shepherd PID START" (gqnode,
 #: for adoption), "job PID START" (the job's session is killed if the shepherd dies without a
@@ -106,6 +112,36 @@ def read_status(run_dir: Path) -> dict[str, Any] | None:
         return json.loads(text)
     except (OSError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class RunOrder:
+    """What a run's shepherd starts from, its launch file: the launch gqd sent, how gqnode
+    confines the run and where the job's gq commands reach gqd. On disk one map: the launch's
+    wire fields, `isolation` and `relay` (gq.node.isolation reads its plan from it too)."""
+
+    launch: Launch
+    #: gq.node.isolation's plan for the run (cgroup, limits, /tmp); {}: none.
+    isolation: dict[str, Any]
+    #: This node's relay endpoint (the job's GQ_ENDPOINT); "": the job reaches gqd directly.
+    relay: str = ""
+
+
+def write_order(path: Path, order: RunOrder) -> None:
+    """The run's order, readable by gqnode's user only (the job's environment: its secrets).
+    No fsync: it only matters while this boot's shepherd lives."""
+    body = {**order.launch.wire(), "isolation": order.isolation}
+    if order.relay:
+        body["relay"] = order.relay
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        f.write(msgpack.packb(body, use_bin_type=True))
+
+
+def read_order(run_dir: Path) -> RunOrder:
+    """The order gqnode wrote for the run (a shepherd's first read)."""
+    data = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
+    return RunOrder(Launch.from_wire(data), dict(data.get("isolation") or {}),
+                    str(data.get("relay") or ""))
 
 
 def proc_start(pid: int) -> float:

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +34,14 @@ import msgpack
 
 from gq.errors import GqError
 from gq.fsutil import write_atomic
+from gq.messages import Launch
 from gq.model import JobSignal, JobState, parse_signal
+from gq.node import cgroupfs as cg
 from gq.node.isolation import RunIsolation, SetupError
 # The run directory's files, named here too (gqnode and the tests use them as shepherd.X).
 from gq.node.runfiles import (  # noqa: F401
     JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
-    open_ours, read_pid, read_record, read_status, read_trusted, record)
+    RunOrder, open_ours, read_order, read_pid, read_record, read_status, read_trusted, record)
 from gq.node import slurmenv, stepdirs
 from gq.slurm import shims
 
@@ -81,6 +84,9 @@ def spawn(run_dir: Path) -> int:
     try:
         _detach(run_dir)
         code = run(run_dir)
+    except BaseException:  # noqa: BLE001  (told, then os._exit: gqnode requeues the run)
+        # os._exit would drop the traceback: the run's log keeps it for whoever asks why.
+        traceback.print_exc()
     finally:
         os._exit(code)  # never return into gqnode's code in the child
 
@@ -124,14 +130,15 @@ class _LazyLog(io.TextIOBase):
 
 
 def run(run_dir: Path) -> int:
-    launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
+    order = read_order(run_dir)
+    launch = order.launch
     signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     adopter = _adopt_orphans()
     started = time.time()  # for the status (a date); the limit counts from `began`
     began = time.monotonic()
-    jail = RunIsolation.of(launch)  # its cgroup and private /tmp (gq.node.isolation)
+    jail = RunIsolation(order.isolation)  # its cgroup and private /tmp (gq.node.isolation)
     try:
-        proc = _start(run_dir, launch, jail)
+        proc = _start(run_dir, order, jail)
     except OSError as exc:
         jail.finish(lambda: _reap_orphans(0))
         if isinstance(exc, SetupError):  # the node's fault: requeued, and the node drained
@@ -184,9 +191,9 @@ def _reap_orphans(job_pid: int) -> None:
                 os.waitpid(pid, os.WNOHANG)
 
 
-def _start(run_dir: Path, launch: dict[str, Any], jail: RunIsolation
-           ) -> subprocess.Popen[bytes]:
-    spec = launch["spec"]
+def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Popen[bytes]:
+    launch = order.launch
+    spec = launch.spec
     uid, gid, switch = owner(spec)
     jail.prepare(uid, gid)
     script = run_dir / "script"
@@ -194,19 +201,19 @@ def _start(run_dir: Path, launch: dict[str, Any], jail: RunIsolation
     if switch:
         os.chown(script, uid, gid)
         os.chown(run_dir, uid, gid)
-    env = job_env(launch, str(shims.ensure(run_dir.parent.parent / "slurm-bin")))
+    env = job_env(order, str(shims.ensure(run_dir.parent.parent / "slurm-bin")))
     # --open-mode: append, truncate; else truncate the first run's files, append a requeue's.
-    mode = launch["spec"].get("open_mode")
-    append = mode == "append" or (mode is None and launch["restart"] > 0)
-    holder = launch["rank"] > 0
+    mode = spec.get("open_mode")
+    append = mode == "append" or (mode is None and launch.restart > 0)
+    holder = launch.rank > 0
     with _as_user(uid, gid, switch):
         os.makedirs(env["GQ_CHECKPOINT_DIR"], exist_ok=True)
         if holder:  # it writes nothing, and must not truncate the job's files
             out = err = os.open(os.devnull, os.O_WRONLY)
         else:
-            out = _open_output(launch["stdout"], append=append)
-            err = out if launch["stderr"] == launch["stdout"] else \
-                _open_output(launch["stderr"], append=append)
+            out = _open_output(launch.stdout, append=append)
+            err = out if launch.stderr == launch.stdout else \
+                _open_output(launch.stderr, append=append)
     command = HOLDER_ARGV if holder else [str(script), *spec.get("args", [])]
     # The command may be wrapped (systemd-run, which then switches to the user itself).
     argv, popen_switch = jail.command(slurmenv.task_pid_argv(command), uid, gid, switch)
@@ -290,11 +297,12 @@ def _groups(uid: int, gid: int) -> list[int]:
         return [gid]
 
 
-def job_env(launch: dict[str, Any], slurm_bin: str | None = None) -> dict[str, str]:
+def job_env(order: RunOrder, slurm_bin: str | None = None) -> dict[str, str]:
     """The job's environment: what --export kept, the passwd basics, the contract's GQ_* and
     Slurm's SLURM_* (gq/node/slurmenv.py); `slurm_bin` (gq's sbatch, squeue ...) first on
     PATH."""
-    spec, job = launch["spec"], launch["job"]
+    launch = order.launch
+    spec, task = launch.spec, launch.job
     env = dict(spec.get("env") or {})
     try:
         pw = pwd.getpwuid(spec["uid"])
@@ -306,43 +314,43 @@ def job_env(launch: dict[str, Any], slurm_bin: str | None = None) -> dict[str, s
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     if slurm_bin:
         env["PATH"] = f"{slurm_bin}:{env['PATH']}"
-    gpus = ",".join(str(g) for g in launch["gpus"])
-    nodelist = launch["nodelist"]
-    job_id = str(launch["job_id"])
+    gpus = ",".join(str(g) for g in launch.gpus)
+    nodelist = launch.nodelist
+    job_id = str(launch.job_id)
     ours = {
         "GQ_JOB_ID": job_id, "GQ_JOB_NAME": spec.get("name", ""),
-        "GQ_NODELIST": ",".join(nodelist), "GQ_NODE_RANK": str(launch["rank"]),
+        "GQ_NODELIST": ",".join(nodelist), "GQ_NODE_RANK": str(launch.rank),
         "GQ_NUM_NODES": str(len(nodelist)), "GQ_GPUS": gpus,
         # NVML numbers GPUs in PCI bus order; make CUDA agree so the indices mean the same GPUs.
         "CUDA_VISIBLE_DEVICES": gpus, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "GQ_CHECKPOINT_DIR": launch.get("checkpoint_dir") or os.path.join(
+        "GQ_CHECKPOINT_DIR": launch.checkpoint_dir or os.path.join(
             env["HOME"] if "HOME" in env else spec["cwd"], ".gq", "checkpoints", job_id),
-        "GQ_RESTART_COUNT": str(launch["restart"]), "GQ_SUBMIT_DIR": spec["cwd"],
+        "GQ_RESTART_COUNT": str(launch.restart), "GQ_SUBMIT_DIR": spec["cwd"],
         # Slurm's names too, so existing batch scripts keep working.
         **slurmenv.batch_env(launch),
     }
-    if job.get("array_job_id") is not None:
-        ours.update(GQ_ARRAY_JOB_ID=str(job["array_job_id"]),
-                    GQ_ARRAY_TASK_ID=str(job["array_index"]))
-    if launch.get("relay"):
+    if task.array_job_id is not None:
+        ours.update(GQ_ARRAY_JOB_ID=str(task.array_job_id),
+                    GQ_ARRAY_TASK_ID=str(task.array_index))
+    if order.relay:
         # gq (and the Slurm commands) inside the job reach gqd through this node's relay.
-        ours["GQ_ENDPOINT"] = launch["relay"]
+        ours["GQ_ENDPOINT"] = order.relay
     if len(nodelist) > 1:
-        ours.update(MASTER_ADDR=launch.get("master_addr") or nodelist[0],
-                    MASTER_PORT=str(20000 + launch["job_id"] % 20000),
-                    WORLD_SIZE=str(len(nodelist)), NODE_RANK=str(launch["rank"]))
+        ours.update(MASTER_ADDR=launch.master_addr or nodelist[0],
+                    MASTER_PORT=str(20000 + launch.job_id % 20000),
+                    WORLD_SIZE=str(len(nodelist)), NODE_RANK=str(launch.rank))
     env.update(ours)
     return env
 
 
-def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: float,
+def _supervise(proc: subprocess.Popen[bytes], launch: Launch, started: float,
                run_dir: Path, jail: RunIsolation) -> tuple[JobState, int]:
     """Wait for the job, sending its --signal, enforcing its time limit and passing on stops;
     (state, exit code). `started` and every timer are time.monotonic(): a step of the wall clock
     (NTP, an admin's `date -s`) moves no limit or grace time. The shepherd holds them for the
     whole run, also while a restarted gqnode adopts it."""
-    limit = launch["time_limit_s"]
-    grace = float(launch.get("grace_s", 10.0))
+    limit = launch.time_limit_s
+    grace = float(launch.grace_s)
     deadline = started + limit if limit else None
     warning = _job_signal(launch) if deadline is not None else None
     # sbatch --signal: once, lead_s before the limit (at the start when the limit is shorter).
@@ -357,7 +365,7 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
         if deadline is not None and ending is None and now >= deadline:
             ending, kill_at = JobState.TIMEOUT, now + grace
             # Its steps first (they end stopped, as for a cancel), then the job's processes.
-            stepdirs.stop_run(run_dir.parent.parent, launch["job_id"], launch["restart"])
+            stepdirs.stop_run(run_dir.parent.parent, launch.job_id, launch.restart)
             _signal_group(proc.pid, signal.SIGTERM, jail)
         if kill_at is not None and now >= kill_at:
             _signal_group(proc.pid, signal.SIGKILL, jail)
@@ -385,8 +393,8 @@ def _supervise(proc: subprocess.Popen[bytes], launch: dict[str, Any], started: f
     return (JobState.COMPLETED if rc == 0 else JobState.FAILED), code
 
 
-def _job_signal(launch: dict[str, Any]) -> JobSignal | None:
-    text = launch["spec"].get("signal")
+def _job_signal(launch: Launch) -> JobSignal | None:
+    text = launch.spec.get("signal")
     try:
         return parse_signal(text) if text else None
     except GqError as exc:  # the head checked it at submit; a bad one must not end supervision
@@ -523,12 +531,12 @@ def _kill_session(sid: int) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _note(launch: dict[str, Any], text: str) -> None:
+def _note(launch: Launch, text: str) -> None:
     """Tell the job's owner why it did not start, in its error file (only as that owner)."""
-    if os.geteuid() != launch["spec"]["uid"]:
+    if os.geteuid() != launch.spec["uid"]:
         return  # root would write where the user may not; the status note says it instead
     with contextlib.suppress(OSError):
-        with open(launch["stderr"], "a") as f:
+        with open(launch.stderr, "a") as f:
             f.write(text + "\n")
 
 
@@ -548,7 +556,7 @@ def _write_status(run_dir: Path, state: JobState, code: int | None, started: flo
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            time.sleep(_STATUS_RETRY_S)
+            cg.pause(_STATUS_RETRY_S)
 
 
 if __name__ == "__main__":  # debugging aid: run one shepherd in the foreground

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gq.hostlist import compress, counted
+from gq.messages import Launch
 
 MIB = 1024 * 1024
 
@@ -48,13 +49,13 @@ def _typed(spec: dict[str, Any], count: int) -> str:
     return f"{spec['gpu_type']}:{count}" if spec.get("gpu_type") else str(count)
 
 
-def batch_env(launch: dict[str, Any]) -> dict[str, str]:
+def batch_env(launch: Launch) -> dict[str, str]:
     """The SLURM_* variables (and Slurm's GPU and host ones) of the job's batch script on the
     launch's node."""
-    spec, job = launch["spec"], launch["job"]
-    nodelist = list(launch["nodelist"])
-    rank, node = launch["rank"], launch["nodelist"][launch["rank"]]
-    job_id, nodes = str(launch["job_id"]), len(nodelist)
+    spec, task = launch.spec, launch.job
+    nodelist = list(launch.nodelist)
+    rank, node = launch.rank, launch.nodelist[launch.rank]
+    job_id, nodes = str(launch.job_id), len(nodelist)
     layout = tasks_per_node(spec, nodes)
     cpus_here = spec.get("cpus") or layout[rank] or 1
     env = {
@@ -65,7 +66,7 @@ def batch_env(launch: dict[str, Any]) -> dict[str, str]:
         "SLURM_JOB_PARTITION": (spec.get("partition") or "").split(",")[0],
         "SLURM_JOB_QOS": spec.get("qos") or "",
         "SLURM_JOB_ACCOUNT": spec.get("account") or spec.get("user") or "",
-        "SLURM_CLUSTER_NAME": launch.get("cluster") or "gq",
+        "SLURM_CLUSTER_NAME": launch.cluster or "gq",
         "SLURM_JOB_NODELIST": compress(nodelist), "SLURM_NODELIST": compress(nodelist),
         "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
         "SLURM_TASKS_PER_NODE": counted(layout),
@@ -74,7 +75,7 @@ def batch_env(launch: dict[str, Any]) -> dict[str, str]:
         "SLURMD_NODENAME": node, "SLURM_TOPOLOGY_ADDR": node,
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node", "SLURM_NODEID": str(rank), "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0", "SLURM_GTIDS": "0", "SLURM_NODE_ALIASES": "(null)",
-        "SLURM_PRIO_PROCESS": "0", "SLURM_RESTART_COUNT": str(launch["restart"]),
+        "SLURM_PRIO_PROCESS": "0", "SLURM_RESTART_COUNT": str(launch.restart),
         "ENVIRONMENT": "BATCH", "HOSTNAME": node,
     }
     if spec.get("ntasks"):
@@ -90,9 +91,9 @@ def batch_env(launch: dict[str, Any]) -> dict[str, str]:
         env["SLURM_MEM_PER_GPU"] = str(spec["mem_per_gpu"] // MIB)
     elif spec.get("mem"):
         env["SLURM_MEM_PER_NODE"] = str(spec["mem"] // MIB)
-    gpus = ",".join(str(g) for g in launch["gpus"])
+    gpus = ",".join(str(g) for g in launch.gpus)
     if gpus:
-        env.update(SLURM_GPUS_ON_NODE=str(len(launch["gpus"])), SLURM_JOB_GPUS=gpus,
+        env.update(SLURM_GPUS_ON_NODE=str(len(launch.gpus)), SLURM_JOB_GPUS=gpus,
                    GPU_DEVICE_ORDINAL=gpus, ROCR_VISIBLE_DEVICES=gpus, ZE_AFFINITY_MASK=gpus)
     if spec.get("gpus_total") is not None:
         env["SLURM_GPUS"] = _typed(spec, spec["gpus_total"])
@@ -102,9 +103,9 @@ def batch_env(launch: dict[str, Any]) -> dict[str, str]:
         env["SLURM_GPUS_PER_NODE"] = _typed(spec, spec["gpus"])
     if spec.get("open_mode"):
         env["SLURM_OPEN_MODE"] = spec["open_mode"][0]
-    if job.get("array_job_id") is not None:
-        env.update(SLURM_ARRAY_JOB_ID=str(job["array_job_id"]),
-                   SLURM_ARRAY_TASK_ID=str(job["array_index"]))
+    if task.array_job_id is not None:
+        env.update(SLURM_ARRAY_JOB_ID=str(task.array_job_id),
+                   SLURM_ARRAY_TASK_ID=str(task.array_index))
         if spec.get("array"):
             env.update(array_range(spec["array"]))
     return env

@@ -26,7 +26,7 @@ from gq import steps as layout_mod
 from gq.fsutil import write_atomic
 from gq.node import labels, shepherd, slurmenv
 from gq.node.isolation import RunIsolation
-from gq.node.runfiles import LAUNCH_FILE
+from gq.node.runfiles import RunOrder, read_order
 
 ORDER_FILE = "step.msg"
 STATUS_FILE = "status.json"
@@ -62,8 +62,7 @@ def run(step_dir: Path, run_dir: Path) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     order = msgpack.unpackb((step_dir / ORDER_FILE).read_bytes(), raw=False)
     try:
-        launch = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
-        procs, copiers = _start(order, launch)
+        procs, copiers = _start(order, read_order(run_dir))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"gq step shepherd: cannot start the step's tasks: {exc}", file=sys.stderr)
         _write(step_dir, [127 if isinstance(exc, FileNotFoundError) else 126], str(exc))
@@ -85,19 +84,22 @@ def _write(step_dir: Path, codes: list[int], note: str, first_bad: int | None = 
     write_atomic(step_dir / STATUS_FILE, json.dumps(status).encode(), mode=0o600, durable=False)
 
 
-def _start(order: dict[str, Any], launch: dict[str, Any]
+def _start(order: dict[str, Any], run: RunOrder
            ) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
-    """The node's tasks, started; and the pids of their output's label copiers (srun -l)."""
-    uid, gid, switch = shepherd.owner(launch["spec"])
+    """The node's tasks, started (`run`: the order of the job's run here, whose user,
+    confinement and environment they take); and the pids of their output's label copiers
+    (srun -l)."""
+    uid, gid, switch = shepherd.owner(run.launch.spec)
     parts = layout_mod.from_wire(order["layout"])
     mine = next(p for p in parts if p.node == order["node"])
-    jail = RunIsolation.of(launch)
+    jail = RunIsolation(run.isolation)
     if jail.tracks:  # the step's own cgroup, a sibling of the batch script's
         jail.cgroup = jail.cgroup.for_step(f"step_{order['step']}")
         jail.cgroup.create_step()
-    batch = shepherd.job_env(launch)
+    batch = shepherd.job_env(run)
     env = {**order["env"], **{k: batch[k] for k in NODE_KEYS if k in batch}}
-    procs, copiers = [], []
+    procs: list[subprocess.Popen[bytes]] = []
+    copiers: list[int] = []
     ntasks = sum(len(p.tasks) for p in parts)
     for task in mine.tasks:
         task_env = {**env, **layout_mod.task_env(

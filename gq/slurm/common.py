@@ -3,15 +3,17 @@ client, and Slurm's ways of showing times, states and resources."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from gq.errors import ExitStatus, GqError, UsageError, exit_status
+from gq.errors import GqError, UsageError, end
 from gq.units import parse_iso_time
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 #: gq's states in Slurm's compact form (squeue %t).
 SHORT = {"PENDING": "PD", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA",
@@ -27,25 +29,14 @@ class Failure(UsageError):
 
 
 def main(prog: str, body: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
-    """Run a Slurm command: its errors are one line on stderr and exit status 1, as Slurm's."""
+    """Run a Slurm command: its errors are one line on stderr and exit status 1, as Slurm's
+    (ExitStatus.SLURM_ERROR); a closed pipe and Ctrl-C end it as they end gq's commands."""
     try:
         code = body(sys.argv[1:] if argv is None else list(argv))
         sys.stdout.flush()
         return code
-    except Failure as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
     except (GqError, KeyboardInterrupt, OSError) as exc:
-        status = exit_status(exc)
-        if status is None:
-            raise
-        if isinstance(exc, GqError):
-            print(f"{prog}: error: {exc}", file=sys.stderr)
-            return 1
-        if status == ExitStatus.BROKEN_PIPE:  # `squeue | head`: stop, silently
-            with contextlib.suppress(OSError, ValueError):  # (stdout may be no file)
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return int(status)
+        return end(exc, "" if isinstance(exc, Failure) else f"{prog}: error: ", slurm=True)
 
 
 #: How `parser` declares an option's value: a flag, one value, values (repeated or comma
@@ -57,7 +48,20 @@ def parser(prog: str, *options: tuple[str, str], positional: str | None = None) 
     """An argparse parser of a Slurm command: `options` as ("-u --user", kind); `--help` only
     (Slurm's `-h` means no header for some); `positional`: the name of its words."""
     import argparse
-    p = argparse.ArgumentParser(prog=prog, add_help=False)
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            # Slurm's words and status (1), not argparse's usage text and exit 2.
+            raise Failure(f"{prog}: {message}\nTry \"{prog} --help\" for more information")
+
+        def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+            # argparse's ignores a failed write; a closed pipe must reach main, which ends it.
+            if file is not None:
+                return super().print_help(file)
+            sys.stdout.write(self.format_help())
+            sys.stdout.flush()
+
+    p = Parser(prog=prog, add_help=False)
     p.add_argument("--help", action="help")
     if positional:
         p.add_argument(positional, nargs="*")

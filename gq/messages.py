@@ -1,0 +1,306 @@
+"""The messages between gqd and gqnode, typed: one frozen dataclass per message type.
+
+Each is declared once, here. From the declaration come its schema (a field's wire types from its
+annotation, required when it has no default, plus the rules for what its container fields hold:
+gq.schema), its wire form (`wire`: a map with the fields' names as keys, which gq.protocol packs
+with the version and type) and its decoding (`from_wire`, of a map gq.protocol has checked
+against the schema, so it cannot fail). gq.protocol.decode_message and encode_message are the
+two ends. A field's RANGES and LENGTHS are those of its name (gq.schema), as for every message.
+
+Client requests and their replies (the CLI, the relay, gq api) are still plain maps
+(gq.protocol's schemas).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Union
+
+from gq import schema as s
+from gq import stepwire
+from gq.declare import Message, declare, schema_of
+from gq.errors import ProtocolError
+from gq.model import Gpu
+from gq.unpack import clip
+
+# Node -> head.
+REGISTER = "register"
+HEARTBEAT = "heartbeat"
+REPORT = "report"
+# Head -> node.
+LAUNCH = "launch"
+KILL = "kill"
+ACK = "ack"
+REREGISTER = "reregister"
+
+#: Report events a node sends about a job run.
+STARTED = "started"
+FINISHED = "finished"
+
+#: Longest note a node sends with a job's end (why it failed to start).
+MAX_NOTE = 1000
+
+
+# ---------------------------------------------------------------- records inside messages
+
+declare(Gpu)  # a GPU as a node registers it (gq.model)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayTask:
+    """What the shepherd needs of a job's record beyond its spec: which array task the job is
+    (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID); None for a job that is none."""
+
+    array_job_id: int | None = None
+    array_index: int | None = None
+
+
+declare(ArrayTask)
+GPU_SCHEMA = schema_of(Gpu)
+#: What `gq nodes` shows of a GPU besides its telemetry (no reading may take these names).
+_GPU_FIELDS = frozenset({*GPU_SCHEMA, "job"})
+
+
+def _telemetry(key: str, value: dict[Any, Any], what: str) -> None:
+    """GPU index (as text) -> reading name -> a number (or None); a reading may not take the
+    name of a GPU's own field, with which `gq nodes` shows it."""
+    if len(value) > s.COUNTS["telemetry"]:
+        raise ProtocolError(f"{what}: {key!r} has over {s.COUNTS['telemetry']} GPUs")
+    for gpu, readings in value.items():
+        if type(gpu) is not str or not s.GPU_INDEX.fullmatch(gpu) or type(readings) is not dict \
+                or len(readings) > s.MAX_READINGS:
+            raise ProtocolError(f"{what}: {key!r} must map GPU indices to readings, not "
+                                f"{clip(gpu)} to {clip(readings)}")
+        for name, reading in readings.items():
+            kind = type(reading)
+            if type(name) is not str or len(name) > 64 or name in _GPU_FIELDS or not (
+                    reading is None or (kind is int and s.ANY_INT[0] <= reading <= s.ANY_INT[1])
+                    or (kind is float and math.isfinite(reading))):
+                raise ProtocolError(f"{what}: {key!r} of GPU {gpu}: reading {clip(name)} is "
+                                    f"{clip(reading)}, not a number")
+
+
+# ---------------------------------------------------------------- node -> head
+
+
+@dataclass(frozen=True, slots=True)
+class Register(Message):
+    """What a node has, and the runs it still holds."""
+
+    TYPE: ClassVar[str] = REGISTER
+    node: str
+    gpus: tuple[Gpu, ...]
+    cpus: int
+    #: Bytes.
+    mem: int
+    #: (job_id, restart) of every run the node holds, alive or ended with its report not yet
+    #: acked; the head requeues a run it knows started there and that is missing.
+    running: tuple[tuple[int, int], ...]
+    #: Where its GPUs are read from (nvml, fake ...), for the head's log.
+    gpu_source: str = ""
+    #: How its peers reach it ("": by its name).
+    addr: str = ""
+    #: Its features (--features, [node] features), which jobs' --constraint names.
+    features: tuple[str, ...] = ()
+
+
+declare(Register, gpus=s.each_map(GPU_SCHEMA), running=s.int_pairs("job_id", "restart"),
+         features=s.STRINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Message):
+    """A node is alive; how its GPUs are, and what is wrong with it."""
+
+    TYPE: ClassVar[str] = HEARTBEAT
+    node: str
+    #: GPU index (as text) -> reading (util, mem_used, temp ...) -> a number, None if unknown
+    #: (the rules check that; Any, as a dict of ints is no dict of floats to mypy).
+    telemetry: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Faults that make results suspect, one line each: gqd drains the node and requeues its
+    #: jobs.
+    health: tuple[str, ...] = ()
+    #: Why the node's state disk cannot take a job (None or "": it can); gqd drains the node
+    #: while it says so and lets its running jobs go on.
+    disk: str | None = None
+
+
+declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class Report(Message):
+    """A run started or finished on the node: kept in its outbox until gqd acks `seq`."""
+
+    TYPE: ClassVar[str] = REPORT
+    node: str
+    #: The outbox's sequence number (0 until the outbox gives it one).
+    seq: int
+    job_id: int
+    restart: int
+    #: STARTED or FINISHED.
+    event: str
+    time: float
+    #: A finished run's state, exit code and why (a failed start, a node fault).
+    state: str | None = None
+    exit_code: int | None = None
+    note: str | None = None
+    #: What the run used (bytes, seconds: Slurm's MaxRSS and TotalCPU), when the node knows.
+    max_rss: int | None = None
+    cpu_s: float | None = None
+    #: For the events STEP_STARTED and STEP_ENDED (gq/stepwire.py): which step of the run.
+    step: int | None = None
+
+
+declare(Report)
+
+
+def usage_fields(status: dict[str, Any]) -> dict[str, Any]:
+    """A finished report's usage fields from a run's status: those it knows, checked as
+    Report's schema checks them (a bad one is left out rather than the report refused)."""
+    out: dict[str, Any] = {}
+    rss, cpu = status.get("max_rss"), status.get("cpu_s")
+    if isinstance(rss, int) and not isinstance(rss, bool) and 0 <= rss <= s.I64:
+        out["max_rss"] = rss
+    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool) and math.isfinite(cpu) \
+            and cpu >= 0:
+        out["cpu_s"] = cpu
+    return out
+
+
+# ---------------------------------------------------------------- head -> node
+
+
+@dataclass(frozen=True, slots=True)
+class Launch(Message):
+    """Start one rank of a job's run: what its shepherd needs, and no more."""
+
+    TYPE: ClassVar[str] = LAUNCH
+    job_id: int
+    restart: int
+    #: The job's spec (gq.spec's fields), from which the shepherd runs it.
+    spec: dict[str, Any]
+    #: This node's GPUs for the run.
+    gpus: tuple[int, ...]
+    rank: int
+    nodelist: tuple[str, ...]
+    #: 0: no limit.
+    time_limit_s: int
+    stdout: str
+    stderr: str
+    #: Which array task the job is. (Older gqds send the whole job record here, of which
+    #: older gqnodes read just these.)
+    job: ArrayTask
+    #: Seconds from a stop's signal to SIGKILL.
+    grace_s: float = 10.0
+    #: GQ_CHECKPOINT_DIR ("": under the job's home).
+    checkpoint_dir: str = ""
+    #: MASTER_ADDR of a multi-node job ("": the first node).
+    master_addr: str = ""
+    #: The cluster's name (SLURM_CLUSTER_NAME).
+    cluster: str = ""
+
+
+declare(Launch, gpus=s.each_item(s.INT, like="index"), nodelist=s.STRINGS,
+         job=s.one_map(schema_of(ArrayTask)))
+
+
+@dataclass(frozen=True, slots=True)
+class Kill(Message):
+    """Stop (or, `no_kill`, only signal) a run."""
+
+    TYPE: ClassVar[str] = KILL
+    job_id: int
+    restart: int
+    #: KILL (at once), or a name (TERM, USR1 ...) sent to the job's process group (only its
+    #: top process with batch_only), then SIGKILL after grace_s (None: the launch's).
+    signal: str = "TERM"
+    batch_only: bool = False
+    grace_s: float | None = None
+    #: `gq cancel --signal`: only the signal; the job is not ended.
+    no_kill: bool = False
+
+
+declare(Kill)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(Message):
+    """The head holds the node's report `seq`: the node may forget it."""
+
+    TYPE: ClassVar[str] = ACK
+    seq: int
+
+
+declare(Ack)
+
+
+@dataclass(frozen=True, slots=True)
+class Reregister(Message):
+    """The head does not know the node's connection (it restarted, or rolled a registration
+    back): the node registers again."""
+
+    TYPE: ClassVar[str] = REREGISTER
+
+
+declare(Reregister)
+
+
+
+@dataclass(frozen=True, slots=True)
+class Step(Message):
+    """Start this node's tasks of a job step (srun; gq/head/steps.py, gq/node/steps.py)."""
+
+    TYPE: ClassVar[str] = stepwire.STEP
+    job_id: int
+    restart: int
+    step: int
+    #: The command, in `cwd`, with srun's environment (each task's Slurm variables on top).
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    #: Where every task of the step goes (gq.steps.to_wire); this node runs those of its entry.
+    layout: tuple[dict[str, Any], ...]
+    #: The tasks' files (%t: the task, %n: its node, filled in on the node).
+    stdout: str
+    stderr: str
+    #: srun -K: a failing task ends the others.
+    kill_on_bad_exit: bool = False
+    master_addr: str = ""
+    cpus_per_task: int | None = None
+    #: Seconds from a stop's signal to SIGKILL.
+    grace_s: float = 10.0
+    #: srun -l: each line with its task's id.
+    label: bool = False
+
+
+declare(Step, argv=stepwire.argv_rule, env=stepwire.env_rule, layout=stepwire.layout_rule)
+
+
+@dataclass(frozen=True, slots=True)
+class StepKill(Message):
+    """End this node's tasks of a step: `signal` TERM (then KILL after the step's grace) or
+    KILL."""
+
+    TYPE: ClassVar[str] = stepwire.STEP_KILL
+    job_id: int
+    restart: int
+    step: int
+    signal: str = "TERM"
+
+
+declare(StepKill)
+
+NodeMessage = Union[Register, Heartbeat, Report]
+HeadMessage = Union[Launch, Kill, Ack, Reregister, Step, StepKill]
+#: Every typed message type by its name.
+TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in (
+    Register, Heartbeat, Report, Launch, Kill, Ack, Reregister, Step, StepKill)}
+NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
+HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER, stepwire.STEP, stepwire.STEP_KILL})
+
+
+def read(msg: dict[str, Any]) -> Message:
+    """The typed message of a map of a typed message's type that passed its schema."""
+    return TYPES[msg["type"]].from_wire(msg)
