@@ -4,8 +4,9 @@ the node's tasks); step kills, and the end of the job's run here, stop it.
 
 Each step has a directory `steps/J.R.S/` (gqnode's, 0700): its order, its shepherd's pid,
 then its status; it goes once gqd has the step's end, so that an order gqd sent again (it had
-not heard that the step started) never starts the tasks twice. A restarted gqnode adopts the step shepherds still alive (as it adopts runs'
-shepherds: not its children, so their liveness is polled) and reports the ends of the others.
+not heard that the step started) never starts the tasks twice. A restarted gqnode adopts the
+step shepherds still alive (as it adopts runs' shepherds: not its children, so their liveness
+is polled) and reports the ends of the others.
 """
 
 from __future__ import annotations
@@ -68,13 +69,19 @@ class NodeSteps:
                               os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
                 f.write(msgpack.packb({**msg, "node": self.node}, use_bin_type=True))
             pid = stepshepherd.spawn(step_dir, run_dir)
-            started = _started(pid)
-            (step_dir / stepdirs.PID_FILE).write_text(f"{pid} {started}")
         except OSError as exc:
             log.error("job %d step %d: cannot start its tasks: %s", key[0], key[2], exc)
             shutil.rmtree(step_dir, ignore_errors=True)
             self._report(key, 1, f"gqnode cannot start the step: {exc}")
             return
+        started = _started(pid)
+        try:
+            (step_dir / stepdirs.PID_FILE).write_text(f"{pid} {started}")
+        except OSError as exc:
+            # The step runs on; only a restarted gqnode would not find it (nor its run's
+            # shepherd, to pass on a time limit or a signal).
+            log.warning("job %d step %d: cannot record its shepherd's pid: %s", key[0], key[2],
+                        exc)
         self.runs[pid] = StepRun(*key, step_dir, pid, started)
         self.outbox.put({"node": self.node, "job_id": key[0], "restart": key[1],
                          "event": stepwire.STEP_STARTED, "step": key[2], "time": time.time()})
