@@ -399,8 +399,13 @@ class Names:
         """A path or a file name: directories, and job ids in `%j`/`%A_%a` places."""
         for old, new in self.pairs:
             value = value.replace(old, new)
-        value = re.sub(r"(?<!\d)(\d+)_(?=\d)", lambda m: self.array.get(m[1], m[1]) + "_", value)
-        return re.sub(r"(?<![\d_])(\d+)(?![\d_])", lambda m: self.ids.get(m[1], m[1]), value)
+
+        def job_id(m: re.Match[str]) -> str:
+            # `280_5`: an array's id (in Slurm also the raw id of one of its tasks); else a job's.
+            if m[0] in self.array and re.match(r"_\d", m.string[m.end():]):
+                return self.array[m[0]]
+            return self.ids.get(m[0], m[0])
+        return re.sub(r"(?<!\d)\d+(?!\d)", job_id, value)
 
     def value(self, key: str, value: str, raw_id: str) -> str:
         """The peer's value of variable `key` as this run should have it."""
