@@ -6,7 +6,7 @@ them (tests/slurm_corpus/expected/).
 One cluster per site (A, B: MANIFEST.md "Site config the scripts need"), started only when one
 of its cases runs; every runnable case of a site is submitted at once and waited for together,
 then each case's test checks its own jobs: the state and exit code of each job (each array
-task), its partition, QOS, account and node count (gq's `sacct`), the output files' names, and
+task), its partition, QOS, account, node count and AllocTRES (gq's `sacct`), the output files' names, and
 what the stand-in payload printed: the `SLURM_*` values Slurm gave (after putting this run's ids,
 directories and node names for the peer's), the number of GPUs in `CUDA_VISIBLE_DEVICES`.
 
@@ -122,7 +122,7 @@ R_ACCOUNT = ("gq has no default account: sacct shows none for a job that named n
 R_GRES = ("gq's job spec keeps one GPUs-per-node count for --gres and --gpus-per-node alike, "
           "so it sets SLURM_GPUS_PER_NODE for both; Slurm only for --gpus-per-node")
 R_DEFMEM = ("the peer's DefMemPerCPU=4000 gives a job that asks for no memory 4000 MB a CPU "
-            "(SLURM_MEM_PER_CPU); gq has no such site default")
+            "(SLURM_MEM_PER_CPU, and mem= in its AllocTRES); gq has no such site default")
 R_PARTITIONS = ("`-p owners,normal`: gq keeps the list and places the job on the union of their "
                 "nodes, so sacct shows the list; Slurm shows the one partition the job ran in "
                 "(SLURM_JOB_PARTITION, the list's first in gq, agrees here)")
@@ -140,9 +140,12 @@ DIFFERENCES: dict[str, dict[str, tuple[str | None, str]]] = {
     "01-princeton-single-gpu": {"Account": ("", R_ACCOUNT),
                                 "SLURM_GPUS_PER_NODE": ("1", R_GRES)},
     "05-accelerate-multigpu": {"Account": ("", R_ACCOUNT), "SLURM_GPUS_PER_NODE": ("4", R_GRES),
-                               "SLURM_MEM_PER_CPU": (None, R_DEFMEM)},
+                               "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
+                               "AllocTRES": ("billing=160,cpu=160,gres/gpu=4,node=1", R_DEFMEM)},
+    "24-locomoset-array": {"AllocTRES": ("billing=36,cpu=36,gres/gpu=1,node=1", R_DEFMEM)},
     "25-protein-array-constraint": {"Account": ("", R_ACCOUNT),
-                                    "SLURM_MEM_PER_CPU": (None, R_DEFMEM)},
+                                    "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
+                                    "AllocTRES": ("billing=4,cpu=4,gres/gpu=1,node=1", R_DEFMEM)},
     "26-array-template-set-u": {"Account": ("", R_ACCOUNT),
                                 "Partition": ("owners,normal", R_PARTITIONS),
                                 "CUDA_VISIBLE_DEVICES": ("", R_NO_GPU),
@@ -194,6 +197,7 @@ class Run:
     submit: subprocess.CompletedProcess[str] | None = None
     job_ids: list[str] = field(default_factory=list)  # Slurm's JobIDRaw order of the peer
     rows: list[dict[str, str]] = field(default_factory=list)  # gq's sacct, one a job
+    skip: str | None = None  # why it was not submitted (a fixture this host cannot have)
 
     @property
     def sub(self) -> Path:
@@ -205,7 +209,7 @@ class Run:
 
 
 ROW_FIELDS = ("JobID", "JobIDRaw", "State", "ExitCode", "Partition", "QOS", "Account",
-              "NNodes", "NodeList")
+              "NNodes", "NodeList", "AllocTRES")
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
@@ -216,12 +220,19 @@ class Site:
     def __init__(self, name: str, root: Path, stack: contextlib.ExitStack) -> None:
         self.name, self.root, self.stack = name, root, stack
         self.runs: dict[str, Run] | None = None
+        self.failed: str | None = None
         self.live: LiveCluster | None = None
         self.bin = root / "slurm-bin"
 
     def run(self, case: str) -> Run:
+        if self.failed is not None:  # one start per site: the later cases fail the same way
+            pytest.fail(f"site {self.name} did not run: {self.failed}")
         if self.runs is None:
-            self.runs = self._run_all()
+            try:
+                self.runs = self._run_all()
+            except BaseException as exc:
+                self.failed = f"{type(exc).__name__}: {exc}"
+                raise
         return self.runs[case]
 
     def _run_all(self) -> dict[str, Run]:
@@ -231,7 +242,7 @@ class Site:
             f.write("\n" + _site_toml(_configured()) + "\n")
         up = tuple(w for node in SITES[self.name] for w in ("--node", node))
         self.live = self.stack.enter_context(running(live, nodes=4, up_args=up))
-        assert [n["name"] for n in self.live.nodes()] == ["n1", "n2", "n3", "n4"]
+        assert sorted(n["name"] for n in self.live.nodes()) == ["n1", "n2", "n3", "n4"]
         assert live.gq("compat", "--dir", str(self.bin)).returncode == 0
         names = [n for n in sorted(CASES) if CASES[n]["site"]["config"] == self.name
                  and _runnable(n)]
@@ -260,7 +271,9 @@ class Site:
     def _submit(self, name: str) -> Run:
         case = CASES[name]
         run = Run(name, self.root / "corpus-runs" / name)
-        _fixtures(run, case, self.stack)
+        run.skip = _fixtures(run, case, self.stack)
+        if run.skip:
+            return run
         argv = ["sbatch", "--parsable", *case.get("sbatch_args", []),
                 str(CORPUS / f"{name}.sbatch"), *case.get("script_args", [])]
         run.submit = subprocess.run(argv, cwd=run.sub, env=self.env(run), capture_output=True,
@@ -270,11 +283,13 @@ class Site:
     def _wait(self, runs: dict[str, Run]) -> None:
         """Until every submitted job (every array task) has ended, by gq's own sacct."""
         submitted = {n: r for n, r in runs.items() if r.submit and r.submit.returncode == 0}
+        if not submitted:
+            return
         deadline = time.monotonic() + SITE_DEADLINE_S
         while True:
             ids = ",".join(r.submit.stdout.strip().split(";")[0] for r in submitted.values()
                            if r.submit)
-            rows = self.sacct(runs[next(iter(submitted))], ids) if submitted else []
+            rows = self.sacct(next(iter(submitted.values())), ids)
             by_raw = {row["JobIDRaw"]: row for row in rows}
             for run in submitted.values():
                 assert run.submit is not None
@@ -329,9 +344,10 @@ def _expected_jobs(name: str) -> int:
     return len(_expected(name)["summary"]["jobs"])
 
 
-def _fixtures(run: Run, case: dict[str, Any], stack: contextlib.ExitStack) -> None:
+def _fixtures(run: Run, case: dict[str, Any], stack: contextlib.ExitStack) -> str | None:
     """The case's directories and files (cases.json), its HOME with the site's .bashrc and
-    .bash_profile (the latter puts CORPUS_PATH back on the PATH after /etc/profile)."""
+    .bash_profile (the latter puts CORPUS_PATH back on the PATH after /etc/profile); why not,
+    when an absolute one cannot be made here."""
     for d in (run.sub, run.home):
         d.mkdir(parents=True)
     (run.home / ".bashrc").write_text("# corpus fixture\n")
@@ -344,11 +360,15 @@ def _fixtures(run: Run, case: dict[str, Any], stack: contextlib.ExitStack) -> No
         (run.sub / path).write_text(text)
     for path, text in case.get("home_files", {}).items():
         (run.home / path).write_text(text)
-    for d in case.get("abs_dirs", []):
-        _make_abs(Path(d), stack)
-    for path, text in case.get("abs_files", {}).items():
-        _make_abs(Path(path).parent, stack)
-        Path(path).write_text(text)
+    try:
+        for d in case.get("abs_dirs", []):
+            _make_abs(Path(d), stack)
+        for path, text in case.get("abs_files", {}).items():
+            _make_abs(Path(path).parent, stack)
+            Path(path).write_text(text)
+    except OSError as exc:
+        return f"cannot make the case's absolute fixture: {exc}"
+    return None
 
 
 def _make_abs(directory: Path, stack: contextlib.ExitStack) -> None:
@@ -358,10 +378,7 @@ def _make_abs(directory: Path, stack: contextlib.ExitStack) -> None:
         top = top.parent
     if top.exists():
         return
-    try:
-        directory.mkdir(parents=True)
-    except OSError as exc:
-        pytest.skip(f"cannot make the fixture directory {directory}: {exc}")
+    directory.mkdir(parents=True)
     stack.callback(shutil.rmtree, top, ignore_errors=True)
 
 
@@ -507,6 +524,8 @@ def test_corpus_script_runs_as_on_slurm(name: str, sites: dict[str, Site]) -> No
     case, expected = CASES[name], _expected(name)
     site = sites[case["site"]["config"]]
     run = site.run(name)
+    if run.skip:
+        pytest.skip(run.skip)
     assert run.submit is not None and run.submit.returncode == 0, \
         f"sbatch refused {name}: {run.submit and run.submit.stderr}"
     rows = {_index(row["JobID"]): row for row in run.rows}
@@ -529,7 +548,7 @@ def test_corpus_script_runs_as_on_slurm(name: str, sites: dict[str, Site]) -> No
         ref = row["JobID"]
         for key, want in (("State", job["state"]), ("ExitCode", job["exit_code"]),
                           ("Partition", job["partition"]), ("QOS", job["qos"]),
-                          ("Account", job["account"]),
+                          ("Account", job["account"]), ("AllocTRES", job["alloc_tres"]),
                           ("NNodes", str(len(_hosts(job["nodelist"]))))):
             if row[key] != want:
                 diffs.add(ref, key, row[key], want)
