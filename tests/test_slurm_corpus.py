@@ -44,7 +44,7 @@ from gq import config as config_mod
 from gq.slurm import shims
 from tests.conftest import LiveCluster, prepare, running
 from tests.slurm_corpus_differences import (DIFFERENCES, EXPECTED_FAILURES, GPU_LISTS,
-                                            NOT_COMPARED)
+                                            NOT_COMPARED, STEP_UNSET)
 
 CORPUS = Path(__file__).parent / "slurm_corpus"
 CASES: dict[str, dict[str, Any]] = {
@@ -436,9 +436,13 @@ class Differences:
     """A case's mismatches, less those DIFFERENCES lists for it (with exactly gq's value)."""
 
     def __init__(self, name: str) -> None:
-        self.listed = DIFFERENCES.get(name, {})
+        steps = uses_srun((CORPUS / f"{name}.sbatch").read_text())
+        self.listed = {**({key: (None, why) for key, why in STEP_UNSET.items()} if steps else {}),
+                       **DIFFERENCES.get(name, {})}
         self.seen: set[str] = set()
         self.problems: list[str] = []
+        self.step_unset = set(STEP_UNSET) if steps else set()
+        self.step_compared = False  # a step's task was compared (STEP_UNSET can be checked)
 
     def add(self, where: str, key: str, mine: str | None, slurm: str | None) -> None:
         if key in self.listed and self.listed[key][0] == mine:
@@ -449,7 +453,8 @@ class Differences:
     def stale(self) -> list[str]:
         return [f"DIFFERENCES lists {key} = {self.listed[key][0]!r}, but gq gives what Slurm "
                 f"does (or another value): update the table" for key in self.listed
-                if key not in self.seen]
+                if key not in self.seen
+                and (self.step_compared or key not in self.step_unset)]
 
 
 @pytest.mark.parametrize("name", _params())
@@ -519,6 +524,7 @@ def test_corpus_script_runs_as_on_slurm(name: str, sites: dict[str, Site]) -> No
                             f"{[names.path(a) for a in rec['argv']]}")
         if mine_rec.get("cwd") != names.path(rec["cwd"]):
             problems.append(f"{mine}.{step}.{procid}: cwd {mine_rec.get('cwd')!r}")
+        diffs.step_compared |= step != "batch"
         for key, value, slurm in compare_env(rec["env"], mine_rec["env"], names, raw):
             diffs.add(f"{mine}.{step}.{procid}", key, value, slurm)
     extra = sorted({tag.split(":")[0] for tag in got} - wanted)
