@@ -77,6 +77,15 @@ def test_the_batch_environment_is_the_peers(words: list[str], expected: dict[str
          "ENVIRONMENT": "BATCH", "SLURM_CLUSTER_NAME": "gqpeer", "SLURM_JOBID": "13"}
 
 
+def test_only_a_requeued_job_has_a_restart_count() -> None:
+    assert "SLURM_RESTART_COUNT" not in _env(["-N", "1"])  # the peer's first runs: none
+    spec = resolve(_request(["-N", "1"], "#!/bin/sh\ntrue\n"), [NODE], 1, [])
+    spec.update(user="root", uid=0, gid=0)
+    env = batch_env(Launch(job_id=13, restart=2, spec=spec, gpus=(), rank=0, nodelist=("n1",),
+                           time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask()))
+    assert env["SLURM_RESTART_COUNT"] == "2"
+
+
 def test_nodes_and_arrays_in_slurms_forms() -> None:
     env = _env(["-N", "2"], rank=1)
     assert (env["SLURM_JOB_NODELIST"], env["SLURM_NODELIST"], env["SLURMD_NODENAME"],
