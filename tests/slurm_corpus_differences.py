@@ -9,13 +9,6 @@ from __future__ import annotations
 #: regular expression) and why. The case's test checks the symptom and then xfails; a gq that
 #: runs the case to COMPLETED fails it until the entry is removed.
 EXPECTED_FAILURES: dict[str, tuple[str, str]] = {
-    "27-princeton-fsdp-constraint": (
-        r"line \d+: standin: command not found",
-        "`#!/bin/bash -l`: gq sets the job's HOME from the passwd entry (docs/SECURITY.md, "
-        "issue 5), Slurm keeps the submitter's; so the login shell reads the real "
-        "~/.bash_profile, not the site's fixture that puts the corpus' bin back on the PATH "
-        "that /etc/profile reset, and `standin` is 'command not found' (FAILED 127). gq's own "
-        "Slurm commands are gone from that PATH too, where a Slurm site's stay in /usr/bin"),
     "21-lightning-multinode": (
         r"line \d+: (srun|standin): command not found",
         "`#!/bin/bash -l`, as 27: HOME from the passwd entry, so the site's ~/.bash_profile "
