@@ -74,8 +74,7 @@ def layout(job_nodes: list[str], gpus: dict[str, list[int]], *, ntasks: int | No
         raise RefusedError(f"srun -n {ntasks} tasks do not fit on {nodes} node(s) of "
                            f"--ntasks-per-node {most}")
     parts, procid, left = [], 0, ntasks
-    for node in nodelist[:nodes]:
-        node_id = job_nodes.index(node)
+    for node_id, node in enumerate(nodelist[:nodes]):  # SLURM_NODEID: its place in the step
         here = min(most, left)
         held = list(gpus.get(node, []))
         if gpus_per_task and here * gpus_per_task > len(held):
@@ -130,10 +129,11 @@ def task_env(parts: list[NodePart], part: NodePart, task: Task, *, job_id: int, 
         "RANK": str(task.procid), "LOCAL_RANK": str(task.localid), "WORLD_SIZE": str(ntasks),
         "LOCAL_WORLD_SIZE": str(len(part.tasks)), "NODE_RANK": str(part.node_id),
         "MASTER_ADDR": master_addr, "MASTER_PORT": str(20000 + job_id % 20000),
-        "CUDA_VISIBLE_DEVICES": gpus, "GPU_DEVICE_ORDINAL": gpus,
-        "ROCR_VISIBLE_DEVICES": gpus, "ZE_AFFINITY_MASK": gpus,
-        "SLURM_STEP_GPUS": gpus, "SLURM_GPUS_ON_NODE": str(len(task.gpus)),
+        "CUDA_VISIBLE_DEVICES": gpus,
     }
+    if task.gpus:  # as Slurm's: only for a task with GPUs
+        env.update(GPU_DEVICE_ORDINAL=gpus, ROCR_VISIBLE_DEVICES=gpus, ZE_AFFINITY_MASK=gpus,
+                   SLURM_STEP_GPUS=gpus, SLURM_GPUS_ON_NODE=str(len(task.gpus)))
     if cpus_per_task:
         env["SLURM_CPUS_PER_TASK"] = str(cpus_per_task)
     return env

@@ -124,8 +124,9 @@ echo "ip=$(srun --nodes=1 --ntasks=1 -w {names[1]} sh -c 'echo $SLURMD_NODENAME.
     if "jobs are confined" in cluster.log(names[1]):
         assert f"cgroup 0 job_{job}.0/step_4\n" in text and f"cgroup 1 job_{job}.0/step_4\n" \
             in text and f"batch cgroup job_{job}.0/step_batch\n" in text, text
-    # srun -w: on the node named (torchrun scripts find their head node's address so).
-    assert f"ip={names[1]}.1\n" in text, text
+    # srun -w: on the node named (torchrun scripts find their head node's address so), its
+    # SLURM_NODEID its place in the step (Slurm's).
+    assert f"ip={names[1]}.0\n" in text, text
     assert not list(cluster.work.glob(".srun-*")), "srun removes its relay files"
     # srun -o: the step's own files, %s the step, %t the task and %n its node.
     for task in (0, 1):

@@ -57,10 +57,10 @@ def test_a_step_the_allocation_cannot_hold_is_refused(kw: dict, why: str) -> Non
         steps.layout(NODES, GPUS, **args)
 
 
-def test_a_step_on_named_nodes_keeps_their_node_ids() -> None:
+def test_a_step_on_named_nodes_numbers_them_from_0_as_slurm() -> None:
     parts = steps.layout(NODES, GPUS, ntasks=None, nodes=None, ntasks_per_node=None,
                          gpus_per_task=None, only=["n2"])
-    assert [(p.node, p.node_id) for p in parts] == [("n2", 1)]
+    assert [(p.node, p.node_id) for p in parts] == [("n2", 0)]
 
 
 def test_a_tasks_environment_names_its_ranks_node_and_gpus() -> None:
