@@ -10,10 +10,12 @@ from __future__ import annotations
 #: runs the case to COMPLETED fails it until the entry is removed.
 EXPECTED_FAILURES: dict[str, tuple[str, str]] = {
     "21-lightning-multinode": (
-        r"line \d+: (srun|standin): command not found",
-        "`#!/bin/bash -l`, as 27: HOME from the passwd entry, so the site's ~/.bash_profile "
-        "fixture is not read, /etc/profile resets PATH, and neither `standin` nor gq's `srun` "
-        "is found (FAILED 127)"),
+        r"line \d+: srun: command not found",
+        "`#!/bin/bash -l`: the login shell's /etc/profile resets PATH; the site's "
+        "~/.bash_profile puts the corpus' commands back, but gq's `srun` lives in the node's "
+        "state directory (first on the job's PATH), where a Slurm site's is in /usr/bin, "
+        "which /etc/profile keeps (FAILED 127). A site makes them system commands with "
+        "`gq compat --dir /usr/local/bin` on each GPU host; a personal cluster does not"),
 }
 
 R_ACCOUNT = ("gq has no default account: sacct shows none for a job that named none (Slurm: "
@@ -47,9 +49,39 @@ STEP_UNSET: dict[str, str] = {
     "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0": "a heterogeneous-job variable; gq has none",
 }
 
+R_STEP_ENV = ("the tasks of srun in this --exclusive job keep the batch script's "
+              "SLURM_GPUS_PER_NODE and SLURM_MEM_PER_NODE in gq (srun passes its environment "
+              "on, and gq's steps set neither anew); Slurm's tasks had neither")
+R_TRES_BIND = ("Slurm binds each task of `--gpus-per-task` to its GPU itself (SLURMD_TRES_BIND); "
+               "the script unset CUDA_VISIBLE_DEVICES first and the peer, with no GPUs to bind, "
+               "gave its tasks none; gq gives each task its own GPU (CUDA_VISIBLE_DEVICES and "
+               "the like, a value per task) and has no SLURMD_TRES_BIND")
+R_PER_GPU = ("--ntasks-per-gpu is accepted and ignored by gq's steps (issue 15's report): no "
+             "SLURM_NTASKS_PER_GPU, SLURM_NTASKS_PER_TRES or SLURMD_TRES_BIND")
+
+#: An entry's value for a variable gq sets in each task to a value of its own (a GPU index):
+#: set, whatever it holds.
+PER_TASK = "<set, a value per task>"
+
+#: Arguments whose value the script draws at random: (case, option) -> why; compared as
+#: `<random>` on both sides.
+RANDOM_ARGS: dict[tuple[str, str], str] = {
+    ("03-pytorch-ddp-torchrun", "--rdzv_id"): "the script passes $RANDOM",
+}
+
+
+def random_args(case: str, argv: list[str]) -> list[str]:
+    """`argv` with the values RANDOM_ARGS names for `case` put as `<random>`."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if (case, arg) in RANDOM_ARGS:
+            out[i + 1] = "<random>"
+    return out
+
+
 #: Where gq gives a case what Slurm does not, and why: per case, a sacct field or variable ->
-#: the value gq gives every job and task of the case (None: unset). Exact, so an entry that no
-#: longer holds fails its case too.
+#: the value gq gives every job and task of the case (None: unset; PER_TASK: set). Exact, so
+#: an entry that no longer holds fails its case too.
 DIFFERENCES: dict[str, dict[str, tuple[str | None, str]]] = {
     "01-princeton-single-gpu": {"Account": ("", R_ACCOUNT),
                                 "SLURM_GPUS_PER_NODE": ("1", R_GRES)},
@@ -70,10 +102,10 @@ DIFFERENCES: dict[str, dict[str, tuple[str | None, str]]] = {
     # do yet (a step missing, srun refusing an option) is no entry here.
     "02-princeton-ddp-2node": {"Account": ("", R_ACCOUNT), "SLURM_GPUS_PER_NODE": ("2", R_GRES)},
     "03-pytorch-ddp-torchrun": {
-        "Account": ("", R_ACCOUNT),
+        "Account": ("", R_ACCOUNT), "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
         "AllocTRES": ("billing=16,cpu=16,gres/gpu=4,node=4", R_DEFMEM)},
     "04-torchtitan-multinode": {
-        "Account": ("", R_ACCOUNT),
+        "Account": ("", R_ACCOUNT), "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
         "AllocTRES": ("billing=384,cpu=384,gres/gpu=32,node=4", R_DEFMEM)},
     "06-accelerate-multinode": {
         "Account": ("", R_ACCOUNT), "SLURM_GPUS_PER_NODE": ("4", R_GRES),
@@ -85,21 +117,29 @@ DIFFERENCES: dict[str, dict[str, tuple[str | None, str]]] = {
         "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
         "AllocTRES": ("billing=16,cpu=16,gres/gpu=16,node=2", R_DEFMEM)},
     "09-stas-torchrun-launcher": {
-        "Account": ("", R_ACCOUNT),
+        "Account": ("", R_ACCOUNT), "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
+        "SLURM_GPUS_PER_NODE": ("8", R_STEP_ENV), "SLURM_MEM_PER_NODE": ("2500000", R_STEP_ENV),
         "AllocTRES": ("billing=384,cpu=384,gres/gpu=16,mem=5000000M,node=2", R_EXCLUSIVE_MEM)},
     "10-stas-srun-launcher": {
-        "Account": ("", R_ACCOUNT),
+        "Account": ("", R_ACCOUNT), "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
+        "SLURM_GPUS_PER_NODE": ("8", R_STEP_ENV), "SLURM_MEM_PER_NODE": ("2500000", R_STEP_ENV),
         "AllocTRES": ("billing=384,cpu=384,gres/gpu=16,mem=5000000M,node=2", R_EXCLUSIVE_MEM)},
     "11-nanotron-train": {
-        "Account": ("", R_ACCOUNT),
+        "Account": ("", R_ACCOUNT), "SLURM_GPUS_PER_NODE": ("8", R_STEP_ENV),
         "AllocTRES": ("billing=384,cpu=384,gres/gpu=16,mem=5000000M,node=2", R_EXCLUSIVE_MEM)},
     "12-mila-single-gpu": {"Account": ("", R_ACCOUNT)},
-    "13-mila-multi-gpu-conda": {"Account": ("", R_ACCOUNT)},
+    "13-mila-multi-gpu-conda": {
+        "Account": ("", R_ACCOUNT), "SLURMD_TRES_BIND": (None, R_TRES_BIND),
+        **{key: (PER_TASK, R_TRES_BIND) for key in (
+            "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
+            "SLURM_STEP_GPUS", "ZE_AFFINITY_MASK")}},
     "14-mila-multi-node": {"Account": ("", R_ACCOUNT)},
     "15-mila-checkpointing": {"Account": ("", R_ACCOUNT)},
     "16-mila-job-array": {"Account": ("", R_ACCOUNT)},
-    "17-mila-many-tasks-per-gpu": {"Account": ("", R_ACCOUNT),
-                                   "SLURM_GPUS_PER_NODE": ("l40s:1", R_GRES)},
+    "17-mila-many-tasks-per-gpu": {
+        "Account": ("", R_ACCOUNT), "SLURM_GPUS_PER_NODE": ("l40s:1", R_GRES),
+        **{key: (None, R_PER_GPU) for key in (
+            "SLURMD_TRES_BIND", "SLURM_NTASKS_PER_GPU", "SLURM_NTASKS_PER_TRES")}},
     "18-csc-gpu4": {"SLURM_GPUS_PER_NODE": ("v100:4", R_GRES),
                     "AllocTRES": ("billing=40,cpu=40,gres/gpu=4,node=1", R_MEM0)},
     "19-csc-ddp-torchrun-2node": {"SLURM_GPUS_PER_NODE": ("v100:4", R_GRES),
