@@ -183,6 +183,16 @@ def running(live: LiveCluster, nodes: int = 2, fake_gpus: str = "8",
         assert not leftovers, f"processes left behind: {[p.pid for p in leftovers]}"
 
 
+def node_in_netns(live: LiveCluster, netns: str, name: str, addr: str, log: Any,
+                  fake_gpus: str = "8") -> subprocess.Popen[bytes]:
+    """gqnode `name` of `live`'s cluster started inside network namespace `netns` (a GPU host
+    of its own, at `addr`), logging to `log`; the caller stops it."""
+    return subprocess.Popen(
+        ["ip", "netns", "exec", netns, sys.executable, "-m", "gq.node.main", "--config",
+         str(live.config_path), "--name", name, "--addr", addr, "--fake-gpus", fake_gpus],
+        env=live.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LiveCluster]:
     """A running personal cluster: gqd and two gqnodes with 8 fake GPUs each."""

@@ -23,7 +23,7 @@ import pytest
 
 from gq import config as config_mod
 from gq import keys
-from tests.conftest import LiveCluster, prepare, running, wait_for
+from tests.conftest import LiveCluster, node_in_netns, prepare, running, wait_for
 from tests.faults.test_partition import Net, net  # noqa: F401  (the namespace fixture)
 
 #: The gqnode in the network namespace.
@@ -47,11 +47,7 @@ def nodes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Live
     live.configure(reachable_from_the_namespace)
     keys.ensure(live.layout.keys, [NS_NODE])  # `gq up` makes keys only for its own nodes
     with running(live, nodes=1), live.layout.log(NS_NODE).open("ab") as log:
-        other = subprocess.Popen(
-            ["ip", "netns", "exec", ns.ns, sys.executable, "-m", "gq.node.main", "--config",
-             str(live.config_path), "--name", NS_NODE, "--addr", ns.ns_addr, "--fake-gpus", "8"],
-            env=live.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True)
+        other = node_in_netns(live, ns.ns, NS_NODE, ns.ns_addr, log)
         try:
             wait_for(lambda: any(n["name"] == NS_NODE and n["state"] == "UP"
                                  for n in live.nodes()), f"{NS_NODE} to register")

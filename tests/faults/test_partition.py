@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from gq import config as config_mod
 from gq import keys
-from tests.conftest import LiveCluster, prepare, running, wait_for
+from tests.conftest import LiveCluster, node_in_netns, prepare, running, wait_for
 
 #: Short enough for a fast test, long enough that a loaded CI machine never misses it by accident.
 NODE_TIMEOUT_S = 5.0
@@ -94,11 +93,7 @@ def split_cluster(net: Net, tmp_path: Path) -> Iterator[LiveCluster]:
     live.configure(reachable_from_the_namespace)
     keys.ensure(live.layout.keys, [CUT])  # `gq up` makes keys only for the nodes it starts
     with running(live, nodes=1, fake_gpus="8"), live.layout.log(CUT).open("ab") as log:
-        cut_node = subprocess.Popen(
-            ["ip", "netns", "exec", net.ns, sys.executable, "-m", "gq.node.main", "--config",
-             str(live.config_path), "--name", CUT, "--addr", net.ns_addr, "--fake-gpus", "8"],
-            env=live.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True)
+        cut_node = node_in_netns(live, net.ns, CUT, net.ns_addr, log)
         try:
             wait_for(lambda: _node(live, CUT).get("state") == "UP", f"{CUT} to register")
             live.gq("admin", "drain", HOST, "--reason", "jobs start on the cut node", check=True)
