@@ -17,7 +17,7 @@ import msgpack
 
 from gq import declare, messages
 from gq import spec as spec_fields
-from gq import unpack
+from gq import stepwire, unpack
 from gq.defaults import MAX_SUBMIT_SPECS, PROTOCOL_VERSION  # noqa: F401 (tests read them here)
 from gq.errors import ProtocolError
 from gq.messages import (  # noqa: F401 (named here too)
@@ -69,6 +69,7 @@ _CALLER: Schema = {"rid": (INT, False), "claim_uid": (INT, False), "claim_user":
                    AS_UID: (INT, False), AS_TOKEN: (STR, False)}
 
 _CLIENT_SCHEMAS: dict[str, Schema] = {
+    **stepwire.CLIENT_SCHEMAS,  # srun's: a job step's launch, status and cancel
     PING: {},
     SUBMIT: {"jobs": (LIST, True)},
     # signal (scancel --signal): send it to the running jobs (only their script with
@@ -242,7 +243,8 @@ def from_node(frame: bytes | memoryview) -> messages.NodeMessage:
 
 
 def from_head(frame: bytes | memoryview) -> messages.HeadMessage:
-    """What gqd sends a node: Launch, Kill, Ack or Reregister (else ProtocolError)."""
+    """What gqd sends a node: Launch, Kill, Ack, Reregister, Step or StepKill (else
+    ProtocolError)."""
     return cast(messages.HeadMessage, decode_message(frame, HEAD_TO_NODE))
 
 
@@ -282,6 +284,7 @@ RULES: dict[str, Rules] = {
     RESUME: {"nodes": STRINGS},
     EVENTS: {"kinds": STRINGS},
     TOKEN_REVOKE: {"ids": each_item(INT, like="id")},
+    **stepwire.CLIENT_RULES,
     **{kind: cls.RULES for kind, cls in messages.TYPES.items() if cls.RULES},
 }
 #: Each type's fields, with the envelope's.

@@ -230,6 +230,9 @@ def _ignored(*flags: str, flag: bool = False) -> Option:
 #: `gq submit`'s options, in the order its help lists them. `sbatch` takes the same (gq/slurm).
 OPTIONS: tuple[Option, ...] = (
     Option(("--wrap",), "wrap", str, None, "run this shell command instead of a script"),
+    Option(("--each-node",), "each_node", bool, False,
+           "run the --wrap command once on each of the job's nodes (a job step, as `srun "
+           "--ntasks-per-node 1`), not once on its first node"),
     Option(("-g", "--gpus-per-node"), "gpus", str, None,
            "GPUs per node (default: [scheduler] default_gpus; none for a Slurm script)",
            metavar="[TYPE:]N", fields=("gpus", "gpu_type"),

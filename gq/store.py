@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from gq import events, storeguard
+from gq import events, stepstore, storeguard
 from gq.errors import StoreCorrupt, StoreError, StoreNewer, StoreRefused
 from gq.fsutil import rename_durably
 from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
@@ -81,6 +81,7 @@ MIGRATIONS: list[list[str]] = [
             uid INTEGER NOT NULL, user TEXT NOT NULL, name TEXT NOT NULL,
             created REAL NOT NULL, expires REAL, read_only INTEGER NOT NULL)""",
     ],
+    stepstore.MIGRATION,  # job steps (srun), JOBID.STEP in gq history
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: How many arrays' shared spec blobs the store keeps in memory.
@@ -484,6 +485,10 @@ class Store:
     def events_since(self, after: int, until: int, **filters: Any) -> list[dict[str, Any]]:
         """Events with after < seq <= until that match `filters` (gq.events.since)."""
         return events.since(self.conn, after, until, **filters)
+
+    def steps_of(self, job_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
+        """The jobs' steps (gq.stepstore.of_jobs)."""
+        return stepstore.of_jobs(self.conn, job_ids)
 
     def prune_events(self, before: float, keep_rows: int) -> int:
         return events.prune(self.conn, before, keep_rows)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gq import defaults, protocol
+from gq import defaults, protocol, stepwire
 
 #: Every message type with all its fields, each valid.
 EXAMPLES: dict[str, dict[str, Any]] = {
@@ -36,6 +36,13 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                             "user": "ann"},
     protocol.TOKEN_LIST: {"rid": 18, "all": False},
     protocol.TOKEN_REVOKE: {"rid": 19, "ids": [1, 2]},
+    stepwire.STEP_LAUNCH: {"rid": 20, "job_id": 1, "argv": ["python", "train.py"],
+                           "env": {"PATH": "/bin", "SLURM_JOB_ID": "1"}, "cwd": "/tmp",
+                           "ntasks": 4, "nodes": 2, "ntasks_per_node": 2, "gpus_per_task": 1,
+                           "cpus_per_task": 2, "kill_on_bad_exit": True, "output": "/tmp/o",
+                           "error": None, "name": "train", "label": True},
+    stepwire.STEP_STATUS: {"rid": 21, "job_id": 1, "step": 0},
+    stepwire.STEP_CANCEL: {"rid": 22, "job_id": 1, "step": 3},
     protocol.REGISTER: {"node": "node1", "gpus": [{"index": 0, "type": "a100",
                                                    "memory": 80 << 30, "uuid": "GPU-1",
                                                    "name": "NVIDIA A100"}],
@@ -48,7 +55,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                          "disk": "no space left on the state disk"},
     protocol.REPORT: {"node": "node1", "seq": 3, "job_id": 1, "restart": 0, "event": "finished",
                       "state": "COMPLETED", "exit_code": 137, "time": 1.7e9, "note": "why",
-                      "max_rss": 100 << 20, "cpu_s": 12.5},
+                      "max_rss": 100 << 20, "cpu_s": 12.5, "step": 0},
     protocol.LAUNCH: {"job_id": 1, "restart": 0, "spec": {"script": "#!/bin/sh\n"},
                       "gpus": [0, 1], "rank": 0, "nodelist": ["node1"], "time_limit_s": 3600,
                       "stdout": "/tmp/o", "stderr": "/tmp/e", "job": {"id": 1}, "grace_s": 10.0,
@@ -57,6 +64,13 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                     "grace_s": 5, "no_kill": False},
     protocol.ACK: {"seq": 1},
     protocol.REREGISTER: {},
+    stepwire.STEP: {"job_id": 1, "restart": 0, "step": 2, "argv": ["hostname"],
+                    "env": {"A": "1"}, "cwd": "/tmp",
+                    "layout": [{"node": "node1", "node_id": 0, "tasks": [[0, 0, [0]]]}],
+                    "stdout": "/tmp/o", "stderr": "/tmp/o", "kill_on_bad_exit": False,
+                    "master_addr": "node1", "cpus_per_task": 2, "grace_s": 10.0,
+                    "label": False},
+    stepwire.STEP_KILL: {"job_id": 1, "restart": 0, "step": 2, "signal": "KILL"},
     protocol.REPLY: {"rid": 1, "ok": True},
 }
 for _kind in protocol.CLIENT_REQUESTS:  # who the caller claims to be, as the client sends it
@@ -95,6 +109,14 @@ _BAD_ITEMS: dict[tuple[str, str], list[Any]] = {
                                   {"states": [1]}, {"nodes": [None]}, {"name": DEEP}],
     (protocol.HISTORY, "ids"): [[0], [-1], [2**63], ["1"], [1.5], [None], [True]],
     (protocol.REGISTER, "features"): [[1], [None], ["a\0b"], [[]], ["x" * 5000]],
+    **{(kind, "argv"): [1, None, True, [], {}, "a\0b", DEEP, "y" * (stepwire.MAX_ARG + 1)]
+       for kind in (stepwire.STEP_LAUNCH, stepwire.STEP)},
+    (stepwire.STEP, "layout"): [1, None, {}, DEEP, {"node": 1, "node_id": 0, "tasks": []},
+                                {"node": "n", "node_id": -1, "tasks": []},
+                                {"node": "n", "node_id": 0, "tasks": [[0, 0]]},
+                                {"node": "n", "node_id": 0, "tasks": [[0, -1, []]]},
+                                {"node": "n", "node_id": 0, "tasks": [[0, 0, [-1]]]},
+                                {"node": "n", "node_id": 0, "tasks": [[0, 0, ["0"]]]}],
 }
 
 

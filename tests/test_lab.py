@@ -378,3 +378,32 @@ def test_jobs_outlive_a_rolling_restart_of_the_gpu_hosts(lab: Lab) -> None:
     done = lab.wait_state(job, "COMPLETED", "FAILED", "NODE_FAIL")
     assert (done["state"], done["restart_count"]) == ("COMPLETED", 0), done
     assert "survived on gpu01,gpu02" in (alice.home / f"rolling-{job}.out").read_text()
+
+
+def test_a_users_job_steps_run_as_them_on_both_gpu_hosts(lab: Lab) -> None:
+    """Issue 15 (Done when 2), as a user of the lab: srun in alice's job reaches gqd through
+    its node, and starts her tasks as her on both GPU hosts, each network namespace apart."""
+    alice = lab.users[0]
+    task = ('echo "task $SLURM_PROCID local $SLURM_LOCALID on $SLURMD_NODENAME '
+            'gpus $CUDA_VISIBLE_DEVICES as $(id -un)"')
+    job = lab.submit(alice, "-N", "2", "--ntasks-per-node", "2", "--gpus-per-task", "1",
+                     "-o", "steps-%j.out", "--wrap",
+                     f"srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{task}'; "
+                     "echo srun=$?; srun -K -n 2 sh -c 'exit $SLURM_PROCID'; echo bad=$?")
+    done = lab.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    out = (alice.home / f"steps-{job}.out").read_text()
+    assert done["state"] == "COMPLETED", out
+    lines = sorted(line for line in out.splitlines() if line.startswith("task "))
+    assert len(lines) == 4 and all(line.endswith(f" as {alice.name}") for line in lines), out
+    nodes = sorted(done["node_list"])
+    seen = {(int(line.split()[1]), int(line.split()[3]), line.split()[5], line.split()[7])
+            for line in lines}
+    assert {(p, loc, host) for p, loc, host, _ in seen} == {
+        (0, 0, nodes[0]), (1, 1, nodes[0]), (2, 0, nodes[1]), (3, 1, nodes[1])}, out
+    for host in nodes:
+        gpus = [g for _, _, h, g in seen if h == host]
+        assert len(set(gpus)) == 2 and all("," not in g for g in gpus), out
+    assert "srun=0\n" in out and "bad=1\n" in out, out
+    assert (alice.home / f"steps-{job}.out").stat().st_uid == alice.uid
+    history = lab.gq(alice, "history", "-j", str(job), "-p").stdout
+    assert f"\n{job}.0|sh|{alice.name}|" in history and f"\n{job}.1|sh|" in history, history

@@ -115,7 +115,8 @@ def test_a_slurm_script_gets_slurms_environment_and_commands(tmp_path: Path) -> 
             'echo "cpus=$SLURM_CPUS_PER_TASK tasks=$SLURM_NTASKS"\n'
             'squeue -u "$USER" -h -o "%i %T"\n'
             'scontrol show hostnames "$SLURM_JOB_NODELIST"\n'
-            'echo "master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"\n')
+            'echo "master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"\n'
+            "srun --ntasks-per-node 1 sh -c 'env > step-env.$SLURMD_NODENAME'\n")
         sbatch = live.gq("compat", "--dir", str(tmp_path / "bin"))  # gq's sbatch, for the test
         assert sbatch.returncode == 0 and f'export PATH="{tmp_path / "bin"}:$PATH"' in \
             sbatch.stdout
@@ -130,7 +131,12 @@ def test_a_slurm_script_gets_slurms_environment_and_commands(tmp_path: Path) -> 
             ("node[1-2]", "node1", "node1")
         assert env["SLURM_JOB_ID"] == env["SLURM_JOBID"] == str(job_id)
         assert env["PATH"].split(":")[0].endswith("/slurm-bin")
-        assert _env(live.work / "env.node2")["SLURM_NODEID"] == "1"
+        # The script ran once, on the first node (Slurm's); a step reaches the second.
+        assert not (live.work / "env.node2").exists()
+        step = _env(live.work / "step-env.node2")
+        assert (step["SLURM_NODEID"], step["SLURMD_NODENAME"], step["SLURM_STEP_ID"],
+                step["SLURM_PROCID"], step["SLURM_JOB_ID"]) == ("1", "node2", "0", "1",
+                                                                 str(job_id))
         # The batch script's output: Slurm's file name; squeue and scontrol inside the job.
         text = (live.work / f"slurm-{job_id}.out").read_text()
         assert "cpus=8 tasks=4\n" in text and f"{job_id} RUNNING\n" in text

@@ -202,10 +202,10 @@ def test_every_option_sets_declared_fields_and_every_field_is_set() -> None:
     assert {f.name for f in FIELDS} - set_by_options == {"script", "args", "user", "uid",
                                                          "gid", "submit_host", *DERIVED}
     # sbatch's options gq does not use set nothing; the others that set nothing steer the
-    # command (--wrap, --wait, --test-only, --parsable, --json).
+    # command (--wrap, --each-node, --wait, --test-only, --parsable, --json).
     assert all(not o.fields for o in OPTIONS if o.ignored)
     assert {o.dest for o in OPTIONS if not o.fields and not o.ignored} == \
-        {"wrap", *submission.COMMAND_OPTIONS}
+        {"wrap", "each_node", *submission.COMMAND_OPTIONS}
 
 
 def test_a_plain_submit_sends_each_fields_default(typer_submit: Any) -> None:

@@ -68,8 +68,17 @@ def history(
         render.emit_json({"schema_version": render.JSON_SCHEMA_VERSION, "since": iso_time(start),
                           "until": iso_time(end), "jobs": jobs})
         return 0
-    render.listing(HISTORY_COLUMNS, [_history_row(j) for j in jobs], parsable)
+    render.listing(HISTORY_COLUMNS, [row for j in jobs for row in _history_rows(j)], parsable)
     return 0
+
+
+def _history_rows(j: dict[str, Any]) -> list[list[Any]]:
+    """A job's line, then one per step (JOBID.STEP), as sacct lists them."""
+    return [_history_row(j), *([s["id"], s["name"], j["user"], j.get("account") or "", j["qos"],
+                                s["state"], "" if s["exit_code"] is None else s["exit_code"],
+                                j["submit_time"], s["start_time"] or "", s["end_time"] or "",
+                                render.elapsed(s), "", ",".join(s["nodes"]), "", "", ""]
+                               for s in j.get("steps") or [])]
 
 
 def _history_row(j: dict[str, Any]) -> list[Any]:

@@ -301,6 +301,10 @@ def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("ExpectedNodes", ",".join(job.get("expected_nodes") or []) or None),
         ("PriorityFactors", " ".join(f"{k}:{v}" for k, v in job["priority_factors"].items())
          if job.get("priority_factors") else None),
+        # Its steps, STEPID:STATE[:EXIT]: `gq history -j` has their times and nodes.
+        ("Steps", ",".join(f"{s['id']}:{s['state']}" + (
+            "" if s.get("exit_code") is None else f":{s['exit_code']}")
+            for s in job.get("steps") or []) or None),
     ]
 
 

@@ -9,6 +9,7 @@ words of directive lines.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,8 @@ def run(text: str, default_name: str, params: dict[str, Any], given: set[str],
     """Submit `text` (read by `script_text`) with the command line's option values `params`
     (`given`: those on the command line) and its directives (read by `parse_words`).
     `slurm`: as `sbatch` (Slurm's defaults, output and errors)."""
+    if params.get("each_node"):
+        text = each_node_script(params.get("wrap"))
     fields, steer, is_slurm = gather(text, params, given, parse_words, slurm)
     spec = build_spec(text, default_name, list(params["args"] or []), fields,
                       slurm=slurm or is_slurm)
@@ -58,6 +61,15 @@ def run(text: str, default_name: str, params: dict[str, Any], given: set[str],
         if steer["wait"]:
             return exit_code_of(client.wait([job_id])[0])
     return 0
+
+
+def each_node_script(wrap: str | None) -> str:
+    """--each-node: the --wrap command as a job step of one task a node (the batch script
+    itself runs once, on the job's first node)."""
+    if wrap is None:
+        raise UsageError("--each-node runs the --wrap command on each node: give --wrap")
+    return (f"#!/bin/sh\nexec srun --ntasks-per-node 1 --kill-on-bad-exit=0 /bin/sh -c "
+            f"{shlex.quote(wrap)}\n")
 
 
 def script_text(script: str | None, wrap: str | None, prog: str = "gq submit") -> tuple[str, str]:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gq import defaults, gcpause, protocol
+from gq import defaults, gcpause, protocol, stepwire
 from gq.config import Config
 from gq.errors import GqError, PermissionDenied
 from gq.head import auth, gate, limits, reasons, testonly, tokens
@@ -29,6 +29,7 @@ from gq.head.listings import Listings
 from gq.head.nodes import NodeRegistry
 from gq.head.orders import Order
 from gq.head.partitions import Partitions
+from gq.head.steps import Steps
 from gq.head.submits import Submits
 from gq.head.tokens import Tokens
 from gq.messages import NodeMessage
@@ -76,6 +77,9 @@ class Head:
         #: Job and node events (gq/events.py) for `events` requests; users' API tokens.
         self.feed = Feed(store, steady)
         self.tokens = Tokens(store)
+        #: Job steps (srun); the registry hands them the nodes' step reports.
+        self.steps = Steps(self.table, store, self.outbox.extend)
+        self.registry.step_report = self.steps.node_report
         #: The earliest `--begin` still ahead: a pass is due then.
         self.wake_at: float | None = None
         #: The views of the jobs the last pass could start (sbatch --test-only's queue).
@@ -97,7 +101,10 @@ class Head:
             protocol.TOKEN_CREATE: lambda m, c, _, now: self.tokens.create(c, m, now),
             protocol.TOKEN_LIST: lambda m, c, _, now: {
                 "tokens": self.tokens.listing(c, bool(m.get("all")))},
-            protocol.TOKEN_REVOKE: lambda m, c, _, now: self.tokens.revoke(c, m["ids"])}
+            protocol.TOKEN_REVOKE: lambda m, c, _, now: self.tokens.revoke(c, m["ids"]),
+            stepwire.STEP_LAUNCH: self.steps.req_launch,
+            stepwire.STEP_STATUS: self.steps.req_status,
+            stepwire.STEP_CANCEL: self.steps.req_cancel}
 
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
@@ -248,6 +255,9 @@ class Head:
         """Timers: node timeouts, unconfirmed launches, --begin times, parked waits."""
         self.outbox.extend(self.registry.tick(now))
         self.outbox.extend(self.table.resend_due(now))
+        if self.steps.live:
+            self.steps.sweep(now)
+            self.outbox.extend(self.steps.resend_due(now))
         if self.wake_at is not None and now >= self.wake_at:
             self.wake_at = None
             self.table.touch()

@@ -440,9 +440,12 @@ class JobTable:
             return self.lose(job, now)
         out: list[Order] = []
         if job.state == JobState.RUNNING:
+            # The batch script runs on the first node (the others hold the allocation for
+            # steps): the job ends with it, or with the first node that failed before it.
+            first = next(iter(job.alloc), "")
             failed = [(s, c) for s, c in launch.results.values() if s != JobState.COMPLETED.value]
-            if failed or len(launch.results) == len(job.alloc):
-                end, exit_code = failed[0] if failed else (JobState.COMPLETED.value, 0)
+            if failed or first in launch.results or len(launch.results) == len(job.alloc):
+                end, exit_code = launch.results.get(first) or failed[0]
                 self.end(job, JobState(end) if end in JobState.__members__ else JobState.FAILED,
                          now, exit_code=exit_code)
                 # A gang job ends with its first failed rank.

@@ -15,6 +15,7 @@ from gq.head.actions import ref
 from gq.head import tokens
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
+from gq.head.steps import step_record
 from gq.head.views import pending_view
 from gq.model import JOB_FIELDS, Job, JobState, iso_time, job_record
 from gq.sched import Policy
@@ -101,6 +102,7 @@ class Listings:
                                                sum(usage.values()), len(usage))
         if job.id in self.table.reservations:
             data.update(self._expected(job))
+        data["steps"] = [step_record(s) for s in self.store.steps_of([job.id]).get(job.id, [])]
         return {"job": data}
 
     def req_history(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
@@ -112,7 +114,10 @@ class Listings:
                                   limit=HISTORY_MAX if limit is None else limit + 1,
                                   ids=msg.get("ids"), partition=msg.get("partition"))
         record, stats = job_record(), self._run_stats(jobs)
-        return _paged(jobs, lambda j: {**record(j), **stats(j)}, limit)
+        steps = {job_id: [step_record(s) for s in rows]
+                 for job_id, rows in self.store.steps_of(j.id for j in jobs).items()}
+        return _paged(jobs, lambda j: {**record(j), **stats(j), "steps": steps.get(j.id, [])},
+                      limit)
 
     def _run_stats(self, jobs: list[Job]) -> Callable[[Job], dict[str, Any]]:
         """Each job's latest run's peak memory and CPU time (None while it runs or unknown)."""

@@ -22,7 +22,8 @@ from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order
 from gq.messages import (
-    FINISHED, MAX_NOTE, STARTED, Ack, Heartbeat, Kill, NodeMessage, Register, Report, Reregister)
+    FINISHED, MAX_NOTE, STARTED, STEP_ENDED, STEP_STARTED, Ack, Heartbeat, Kill, NodeMessage,
+    Register, Report, Reregister)
 from gq.model import JobState, Node, NodeState
 from gq.store import Store
 
@@ -48,6 +49,10 @@ class NodeRegistry:
         self.heard: dict[str, float] = {}
         #: Called when a node comes or its features change (where jobs may run changed).
         self.reshaped: Callable[[], None] = lambda: None
+        #: A node's report that it started its tasks of a step, or that they ended
+        #: (gq/head/steps.py).
+        self.step_report: Callable[[str, Report, float], list[Order]] = \
+            lambda node, msg, now: []
 
     def load(self) -> None:
         """The nodes the store knows, at gqd's start."""
@@ -179,6 +184,8 @@ class NodeRegistry:
         if msg.event == STARTED:
             self.table.rank_started(job, node.name)
             return []
+        if msg.event in (STEP_STARTED, STEP_ENDED):
+            return self.step_report(node.name, msg, now)
         if msg.event != FINISHED:
             return []
         out = self.table.rank_ended(job, node.name, msg.state or "FAILED", msg.exit_code, now,

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import zmq
 
 from gq import defaults, keys, protocol, service
@@ -27,14 +26,17 @@ from gq.errors import GqError
 from gq.fsutil import private_dir
 from gq.messages import (
     FINISHED, MAX_NOTE, STARTED, Ack, HeadMessage, Heartbeat, Kill, Launch, Message, Register,
-    Report, Reregister, usage_fields)
+    Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
 from gq.node import disk, shepherd, trash
-from gq.node.runfiles import RunOrder, write_order
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
+from gq.node.runfiles import RunOrder, write_order
+from gq.node.runfiles import alive as _alive
+from gq.node.runfiles import proc_start as _proc_start
+from gq.node.steps import NodeSteps
 from gq.relay import Forwarder
 
 log = logging.getLogger("gq.node")
@@ -80,6 +82,8 @@ class NodeDaemon:
         self.outbox = Outbox(state_dir / "outbox")
         self.disk = disk.StateDisk(state_dir)
         self.runs: dict[tuple[int, int], Run] = {}
+        #: The job steps (srun) running here.
+        self.steps = NodeSteps(name, state_dir, self.outbox)
         #: Each run's cgroup, CPUs, device rules and /tmp; none without cgroups.
         self.isolation = isolation or NodeIsolation(None, state_dir)
         # `gqnode --virtual` gives all its identities one context and one set of signal flags.
@@ -126,6 +130,7 @@ class NodeDaemon:
             else:
                 self.isolation.adopted((job_id, restart), run_dir)
         self.isolation.sweep(set(self.runs))  # cgroups and /tmp of runs that are gone
+        self.steps.adopt()
         log.info("adopted %d running jobs; %d reports waiting", len(self.runs), len(self.outbox))
 
     def register(self) -> None:
@@ -191,6 +196,7 @@ class NodeDaemon:
         if now >= self._next_adopted_check:
             self._next_adopted_check = now + ADOPTED_CHECK_S
             self._check_adopted()
+            self.steps.check_adopted()
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.heartbeat_s
             self.disk.check(writes_ok=not self.outbox.unwritten)
@@ -217,8 +223,15 @@ class NodeDaemon:
             entry = self.outbox.ack(msg.seq)
             if entry and entry.get("event") == FINISHED:
                 trash.remove(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}")
+            elif entry:
+                self.steps.acked(entry)
         elif isinstance(msg, Reregister):
             self.register()
+        elif isinstance(msg, Step):
+            run = self.runs.get((msg.job_id, msg.restart))
+            self.steps.start(msg, run.dir if run else None)
+        elif isinstance(msg, StepKill):
+            self.steps.kill(msg.job_id, msg.restart, msg.step, msg.signal)
 
     # ------------------------------------------------------------ runs
 
@@ -280,6 +293,9 @@ class NodeDaemon:
             return
         sig = msg.signal
         no_kill = msg.no_kill and sig != "KILL"
+        if not msg.batch_only:  # the job's steps here get its signal (and end with it)
+            self.steps.kill(run.job_id, run.restart, sig=sig, grace_s=msg.grace_s,
+                            no_kill=no_kill)
         if sig != "KILL":
             try:
                 shepherd.order_stop(run.dir, sig, msg.batch_only, msg.grace_s, no_kill=no_kill)
@@ -304,7 +320,7 @@ class NodeDaemon:
             if run.pid == pid:
                 self._ended(run)
                 news = True
-        return news
+        return self.steps.reaped(pid) or news
 
     def _check_adopted(self) -> None:
         for run in list(self.runs.values()):
@@ -338,6 +354,7 @@ class NodeDaemon:
         if status.get("note"):
             log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
         self.runs.pop((run.job_id, run.restart), None)
+        self.steps.kill(run.job_id, run.restart, sig="KILL")  # nothing of it outlives it here
         log.info("job %d run %d ended %s (exit %s)", run.job_id, run.restart, status["state"],
                  status["exit_code"])
 
@@ -415,19 +432,3 @@ def reap_children() -> Iterator[tuple[int, int]]:
             return
         yield pid, status
 
-
-def _proc_start(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0
-
-
-def _alive(pid: int, started: float) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

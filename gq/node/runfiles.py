@@ -142,3 +142,25 @@ def read_order(run_dir: Path) -> RunOrder:
     data = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
     return RunOrder(Launch.from_wire(data), dict(data.get("isolation") or {}),
                     str(data.get("relay") or ""))
+
+
+def proc_start(pid: int) -> float:
+    """When process `pid` started (0.0 if it is gone): with its pid, what names a shepherd
+    (a recycled pid is another process, started later)."""
+    import psutil
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return 0.0
+
+
+def alive(pid: int, started: float) -> bool:
+    """Whether the process `pid` that started at `started` still runs (not a zombie)."""
+    import psutil
+    if pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

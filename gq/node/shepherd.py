@@ -52,6 +52,11 @@ _PR_SET_CHILD_SUBREAPER = 36
 #: Longest note kept in a status (gqd keeps as much), and how often a status that found the disk
 #: full is tried again, in seconds.
 _MAX_NOTE, _STATUS_RETRY_S = 1000, 1.0
+#: What a job's other nodes run instead of its batch script, which runs on the first node only
+#: (Slurm's): a process that holds the allocation (its cgroup, its time limit) for the steps
+#: srun starts there, until the job ends and gqd stops it (TERM, KILL). The signals a job is
+#: sent to act on (`gq cancel --signal`, `--signal`) are for its script and tasks: ignored.
+HOLDER_ARGV = ["/bin/sh", "-c", "trap '' HUP INT QUIT USR1 USR2 ALRM PIPE; exec sleep 2147483647"]
 
 
 def _libc_prctl() -> Any:
@@ -189,13 +194,7 @@ def _reap_orphans(job_pid: int) -> None:
 def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Popen[bytes]:
     launch = order.launch
     spec = launch.spec
-    uid, gid = spec["uid"], spec["gid"]
-    if os.geteuid() != 0 and uid != os.geteuid():
-        # Only root can become the job's owner; running it as gqnode's user instead would be
-        # running someone's job as someone else.
-        raise PermissionError(f"gqnode runs as uid {os.geteuid()}, not root, and cannot run a "
-                              f"job of uid {uid}")
-    switch = os.geteuid() == 0 and uid != 0
+    uid, gid, switch = owner(spec)
     jail.prepare(uid, gid)
     script = run_dir / "script"
     write_atomic(script, spec["script"].encode(), mode=0o700, durable=False)  # run at once
@@ -206,14 +205,18 @@ def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Pop
     # --open-mode: append, truncate; else truncate the first run's files, append a requeue's.
     mode = spec.get("open_mode")
     append = mode == "append" or (mode is None and launch.restart > 0)
+    holder = launch.rank > 0
     with _as_user(uid, gid, switch):
         os.makedirs(env["GQ_CHECKPOINT_DIR"], exist_ok=True)
-        out = _open_output(launch.stdout, append=append)
-        err = out if launch.stderr == launch.stdout else _open_output(launch.stderr,
-                                                                      append=append)
+        if holder:  # it writes nothing, and must not truncate the job's files
+            out = err = os.open(os.devnull, os.O_WRONLY)
+        else:
+            out = _open_output(launch.stdout, append=append)
+            err = out if launch.stderr == launch.stdout else \
+                _open_output(launch.stderr, append=append)
+    command = HOLDER_ARGV if holder else [str(script), *spec.get("args", [])]
     # The command may be wrapped (systemd-run, which then switches to the user itself).
-    argv, popen_switch = jail.command(slurmenv.task_pid_argv([str(script), *spec.get("args", [])]),
-                                      uid, gid, switch)
+    argv, popen_switch = jail.command(slurmenv.task_pid_argv(command), uid, gid, switch)
     try:
         with _signals_unblocked(), jail.spawning():
             return subprocess.Popen(
@@ -225,6 +228,17 @@ def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Pop
         os.close(out)
         if err != out:
             os.close(err)
+
+
+def owner(spec: dict[str, Any]) -> tuple[int, int, bool]:
+    """The uid and gid a job (and its steps) runs as, and whether we switch to them."""
+    uid, gid = spec["uid"], spec["gid"]
+    if os.geteuid() != 0 and uid != os.geteuid():
+        # Only root can become the job's owner; running it as gqnode's user instead would be
+        # running someone's job as someone else.
+        raise PermissionError(f"gqnode runs as uid {os.geteuid()}, not root, and cannot run a "
+                              f"job of uid {uid}")
+    return uid, gid, os.geteuid() == 0 and uid != 0
 
 
 @contextlib.contextmanager
@@ -250,8 +264,11 @@ def _signals_unblocked() -> Iterator[None]:
 
 
 def _open_output(path: str, append: bool) -> int:
+    """The job's file, truncated unless `append`, and written at its end either way: the
+    tasks of its steps append to it from every node, and the script's own writes must not
+    land over theirs (at an offset of its own)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if append else os.O_TRUNC)
     return os.open(path, flags, 0o644)
 
 

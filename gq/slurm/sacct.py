@@ -1,7 +1,7 @@
 """sacct: jobs from gqd's store in Slurm's accounting formats: the default table, `-P`/`-p`
 (`|` between fields), `-n`, `-o/--format=Field[%size],...`, `-j`, `-S/-E`, `-u`/`-a`, `-s`,
-`-r`. Each job is one line, as with sacct's `-X` (job steps are not kept yet); fields gq has no
-value for (MaxRSS, TotalCPU ...) are empty.
+`-r`. Each job is one line, then one a job step (`JOBID.STEP`, unless `-X`; gq keeps no
+`.batch` or `.extern` steps); fields gq has no value for (MaxRSS, TotalCPU ...) are empty.
 
 `-P`: a value holding `|` or a newline would split its line: sacct prints such values as they
 are, gq replaces `|` by `/` and a newline by a space (gq.1 SLURM COMMANDS), so that every line
@@ -122,10 +122,20 @@ def run(argv: list[str]) -> int:
     form = args.format or ("JobID,State,ExitCode" if args.brief else DEFAULT)
     chosen = fmt.fields(form, COLUMNS, "sacct")
     from gq.cli.render import fold_pending_tasks
-    rows = [{**j, "job_id": shown} for j, shown in fold_pending_tasks(jobs)]
+    rows = [row for j, shown in fold_pending_tasks(jobs)
+            for row in [{**j, "job_id": shown}, *([] if args.allocations else _steps(j))]]
     for line in lines(chosen, rows, args):
         print(line)
     return 0
+
+
+def _steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A job's steps as rows of their own: the job's fields, but those the step has."""
+    return [{**job, "job_id": s["id"], "id": s["id"], "name": s["name"], "state": s["state"],
+             "exit_code": s["exit_code"], "start_time": s["start_time"],
+             "end_time": s["end_time"], "node_list": s["nodes"], "nodes": len(s["nodes"]),
+             "partition": "", "qos": "", "time_limit_s": None, "reason": ""}
+            for s in job.get("steps") or []]
 
 
 def lines(chosen: list[tuple[str, int | None]], rows: list[dict[str, Any]],

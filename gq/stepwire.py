@@ -1,0 +1,84 @@
+"""The job-step messages: srun's requests to gqd (client requests, maps checked against the
+schemas here, as every client request is), the names of gqd's orders to the nodes and of the
+nodes' step reports (typed messages, declared in gq/messages.py: Step, StepKill, a Report's
+STEP_STARTED and STEP_ENDED), and the rules for what their argv, env and layout hold, which both
+sides use. gq.protocol and gq.messages take them in; kept here so that steps change in one
+place. A leaf: it imports nothing of gq's but its errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gq.errors import ProtocolError
+
+# Client -> head.
+#: srun: start a step of the caller's running job; how it is; end it.
+STEP_LAUNCH = "step_launch"
+STEP_STATUS = "step_status"
+STEP_CANCEL = "step_cancel"
+# Head -> node: start this node's tasks of a step; stop them (gq/node/steps.py).
+STEP = "step"
+STEP_KILL = "step_kill"
+#: A node's REPORT events: it started its tasks of step `step`; they have all ended.
+STEP_STARTED = "step_started"
+STEP_ENDED = "step_ended"
+
+CLIENT_REQUESTS = frozenset({STEP_LAUNCH, STEP_STATUS, STEP_CANCEL})
+
+_INT, _OPT_INT, _STR, _OPT_STR = (int,), (int, type(None)), (str,), (str, type(None))
+_BOOL, _LIST, _DICT = (bool,), (list,), (dict,)
+
+#: Most tasks one node of a step runs, and longest argv item and environment value.
+MAX_NODE_TASKS, MAX_ARG, MAX_VALUE = 4096, 128 * 1024, 32 * 1024
+
+CLIENT_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    # A step of job `job_id` (the caller's, running) running `argv` in `cwd` with `env`
+    # (srun's environment), laid out as gq.steps.layout does; output and error: the step's
+    # files (default: the job's). Reply: step, ntasks, nodes.
+    STEP_LAUNCH: {"job_id": (_INT, True), "argv": (_LIST, True), "env": (_DICT, True),
+                  "cwd": (_STR, True), "ntasks": (_OPT_INT, False), "nodes": (_OPT_INT, False),
+                  "ntasks_per_node": (_OPT_INT, False), "gpus_per_task": (_OPT_INT, False),
+                  "cpus_per_task": (_OPT_INT, False), "kill_on_bad_exit": (_BOOL, False),
+                  "output": (_OPT_STR, False), "error": (_OPT_STR, False),
+                  "name": (_OPT_STR, False), "label": (_BOOL, False)},
+    # Reply: the step's record (gq.head.steps.Step.record): state RUNNING until every node's
+    # tasks ended, exit_code.
+    STEP_STATUS: {"job_id": (_INT, True), "step": (_INT, True)},
+    STEP_CANCEL: {"job_id": (_INT, True), "step": (_INT, True)},
+}
+
+
+def command(key: str, value: list[Any], what: str) -> None:
+    """A command to exec: at least its program; strings without NUL."""
+    if not value or not all(type(a) is str and len(a) <= MAX_ARG and "\0" not in a
+                            for a in value):
+        raise ProtocolError(f"{what}: {key!r} must be a command: strings, without NUL")
+
+
+def environment(key: str, value: dict[Any, Any], what: str) -> None:
+    """An environment, as execve takes one: names without '=' or NUL, values without NUL."""
+    for name, val in value.items():
+        if type(name) is not str or not 0 < len(name) <= 1024 or "=" in name or "\0" in name \
+                or type(val) is not str or len(val) > MAX_VALUE or "\0" in val:
+            raise ProtocolError(f"{what}: {key!r} must map variable names to values (strings, "
+                                "no NUL, no '=' in a name)")
+
+
+def layout(key: str, value: list[Any], what: str) -> None:
+    """Each node's entry: its name, SLURM_NODEID and tasks [procid, localid, [gpu, ...]]."""
+    for i, part in enumerate(value):
+        ok = type(part) is dict and type(part.get("node")) is str and \
+            type(part.get("node_id")) is int and 0 <= part["node_id"] <= 65_535 and \
+            type(part.get("tasks")) is list and \
+            len(part["tasks"]) <= MAX_NODE_TASKS
+        for task in part.get("tasks", []) if ok else []:
+            ok = ok and type(task) is list and len(task) == 3 and type(task[0]) is int and \
+                type(task[1]) is int and 0 <= task[0] < 2**31 and 0 <= task[1] < 2**31 and \
+                type(task[2]) is list and len(task[2]) <= 1024 and \
+                all(type(g) is int and 0 <= g <= 65_535 for g in task[2])
+        if not ok:
+            raise ProtocolError(f"{what}: {key}[{i}] is not a node's part of a step layout")
+
+
+CLIENT_RULES: dict[str, dict[str, Any]] = {STEP_LAUNCH: {"argv": command, "env": environment}}

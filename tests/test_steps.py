@@ -1,0 +1,120 @@
+"""Job steps without a cluster: the layout of a step's tasks (Slurm's block distribution within
+an allocation), a task's environment, srun's options, and the step messages' checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from gq import protocol, steps, stepwire
+from gq.errors import ProtocolError, RefusedError
+from gq.slurm import srun
+from gq.slurm.common import Failure
+from tests.messages import message
+
+NODES = ["n1", "n2"]
+GPUS = {"n1": [0, 1, 2, 3], "n2": [4, 5, 6, 7]}
+
+
+def _shape(parts: list[steps.NodePart]) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    return [[(t.procid, t.localid, t.gpus) for t in p.tasks] for p in parts]
+
+
+def test_four_tasks_two_a_node_get_one_gpu_each_in_block_order() -> None:
+    parts = steps.layout(NODES, GPUS, ntasks=4, nodes=None, ntasks_per_node=2, gpus_per_task=1)
+    assert [p.node for p in parts] == NODES and [p.node_id for p in parts] == [0, 1]
+    assert _shape(parts) == [[(0, 0, (0,)), (1, 1, (1,))], [(2, 0, (4,)), (3, 1, (5,))]]
+
+
+@pytest.mark.parametrize("kw, want", [
+    # No -n, -N or --ntasks-per-node: one task a node, sharing the node's GPUs.
+    ({}, [[(0, 0, (0, 1, 2, 3))], [(1, 0, (4, 5, 6, 7))]]),
+    # -n 3 on two nodes: 2 and 1 (the spare ones last).
+    ({"ntasks": 3}, [[(0, 0, (0, 1, 2, 3)), (1, 1, (0, 1, 2, 3))], [(2, 0, (4, 5, 6, 7))]]),
+    # -n 1: one node only.
+    ({"ntasks": 1}, [[(0, 0, (0, 1, 2, 3))]]),
+    # -N 1 --ntasks-per-node 2 --gpus-per-task 2.
+    ({"nodes": 1, "ntasks_per_node": 2, "gpus_per_task": 2}, [[(0, 0, (0, 1)), (1, 1, (2, 3))]]),
+])
+def test_slurms_defaults_inside_an_allocation(kw: dict, want: list) -> None:
+    args = {"ntasks": None, "nodes": None, "ntasks_per_node": None, "gpus_per_task": None, **kw}
+    assert _shape(steps.layout(NODES, GPUS, **args)) == want
+
+
+@pytest.mark.parametrize("kw, why", [
+    ({"nodes": 3}, "the job has 2 node"),
+    ({"ntasks": 5, "ntasks_per_node": 2}, "do not fit"),
+    ({"ntasks": 4, "gpus_per_task": 3}, "need 6 GPUs on n1"),
+    ({"ntasks": 0}, "at least 1"),
+    ({"ntasks": steps.MAX_TASKS + 1}, "at most"),
+])
+def test_a_step_the_allocation_cannot_hold_is_refused(kw: dict, why: str) -> None:
+    args = {"ntasks": None, "nodes": None, "ntasks_per_node": None, "gpus_per_task": None, **kw}
+    with pytest.raises(RefusedError, match=why):
+        steps.layout(NODES, GPUS, **args)
+
+
+def test_a_tasks_environment_names_its_ranks_node_and_gpus() -> None:
+    parts = steps.layout(NODES, GPUS, ntasks=4, nodes=None, ntasks_per_node=2, gpus_per_task=2)
+    assert steps.from_wire(steps.to_wire(parts)) == parts
+    env = steps.task_env(parts, parts[1], parts[1].tasks[1], job_id=42, step_id=3,
+                         master_addr="10.0.0.1", cpus_per_task=4)
+    assert {k: env[k] for k in (
+        "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_ID", "SLURM_NTASKS",
+        "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "CUDA_VISIBLE_DEVICES", "RANK",
+        "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "SLURMD_NODENAME", "SLURM_CPUS_PER_TASK",
+        "SLURM_GTIDS")} == {
+        "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_STEP_ID": "3",
+        "SLURM_NTASKS": "4", "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "CUDA_VISIBLE_DEVICES": "6,7", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
+        "MASTER_ADDR": "10.0.0.1", "SLURMD_NODENAME": "n2", "SLURM_CPUS_PER_TASK": "4",
+        "SLURM_GTIDS": "2,3"}
+    assert steps.worst([0, 3, None, 1]) == 137 and steps.worst([]) == 0
+
+
+@pytest.mark.parametrize("argv, kill, command", [
+    (["-K", "prog", "-K"], True, ["prog", "-K"]),
+    (["-K1", "-n", "4", "prog"], True, ["prog"]),
+    (["--kill-on-bad-exit=0", "prog"], False, ["prog"]),
+    (["--kill-on-bad-exit", "--", "prog", "x"], True, ["prog", "x"]),
+    (["-n", "2", "--gpu-bind=closest", "-l", "python", "-u", "t.py"], False,
+     ["python", "-u", "t.py"]),
+])
+def test_srun_reads_slurms_option_forms(argv: list[str], kill: bool, command: list[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    p = srun.parser()
+    fields = srun.request(p.parse_args(srun._options(p, argv)))
+    assert (fields["job_id"], fields["kill_on_bad_exit"], fields["argv"]) == (9, kill, command)
+
+
+def test_srun_takes_the_jobs_task_count_and_exports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SECRET", "x")
+    p = srun.parser()
+    fields = srun.request(p.parse_args(["--export=NONE,A=1", "-N", "1-1", "true"]))
+    assert (fields["ntasks"], fields["nodes"]) == (None, 1)  # -N given: not the job's -n
+    assert fields["env"]["A"] == "1" and "SECRET" not in fields["env"]
+    assert fields["env"]["SLURM_JOB_ID"] == "9"
+    assert srun.request(p.parse_args(["true"]))["ntasks"] == 8
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.delenv("GQ_JOB_ID", raising=False)
+    with pytest.raises(Failure, match="no job allocation"):
+        srun.request(p.parse_args(["true"]))
+
+
+@pytest.mark.parametrize("kind, field, value", [
+    (stepwire.STEP_LAUNCH, "env", {"A=B": "x"}),
+    (stepwire.STEP_LAUNCH, "env", {"A": 1}),
+    (stepwire.STEP_LAUNCH, "env", {"A": "x\0y"}),
+    (stepwire.STEP_LAUNCH, "argv", []),
+    (stepwire.STEP, "env", {"": "x"}),
+    (stepwire.STEP, "layout", [{"node": "n1", "node_id": 0, "tasks": [[0, 0, [0]], 1]}]),
+])
+def test_step_messages_refuse_what_no_process_could_take(kind: str, field: str,
+                                                         value: object) -> None:
+    import msgpack
+    frame = msgpack.packb(message(kind, **{field: value}), use_bin_type=True)
+    with pytest.raises(ProtocolError):
+        protocol.decode(frame)
+    assert protocol.decode(msgpack.packb(message(kind), use_bin_type=True))["type"] == kind
