@@ -118,3 +118,35 @@ def test_step_messages_refuse_what_no_process_could_take(kind: str, field: str,
     with pytest.raises(ProtocolError):
         protocol.decode(frame)
     assert protocol.decode(msgpack.packb(message(kind), use_bin_type=True))["type"] == kind
+    with pytest.raises(ProtocolError):
+        if kind == stepwire.STEP:  # gqnode's own reading: the typed Step
+            protocol.from_head(frame)
+        else:
+            raise ProtocolError("a client request: decoded as a map only")
+
+
+def test_a_step_order_reaches_the_step_shepherd_as_gqd_made_it(tmp_path) -> None:
+    """gqd's Step, through the wire (gqnode's from_head) and the step's order file, is the
+    same Step; its layout is the one laid out. A step report keeps its step through the
+    outbox's wire form; a run's own report carries none."""
+    from gq import messages
+    from gq.head.orders import Order
+    from gq.node import stepshepherd
+    parts = steps.layout(NODES, GPUS, ntasks=4, nodes=None, ntasks_per_node=2, gpus_per_task=1)
+    order = messages.Step(
+        job_id=7, restart=1, step=3, argv=("python", "train.py"), env={"A": "1"}, cwd="/tmp",
+        layout=tuple(steps.to_wire(parts)), stdout="/tmp/o", stderr="/tmp/e",
+        kill_on_bad_exit=True, master_addr="n1", grace_s=2.0, label=True)
+    got = protocol.from_head(Order("n2", order).encode())
+    assert got == order and steps.from_wire(list(got.layout)) == parts
+    stepshepherd.write_order(tmp_path, got, "n2")
+    assert stepshepherd.read_order(tmp_path) == (order, "n2")
+    kill = protocol.from_head(Order("n2", messages.StepKill(7, 1, 3, "KILL")).encode())
+    assert kill == messages.StepKill(7, 1, 3, "KILL")
+    ended = messages.Report(node="n2", seq=0, job_id=7, restart=1, event=messages.STEP_ENDED,
+                            time=1.0, exit_code=3, step=3)
+    assert messages.Report.from_wire({**ended.wire(), "seq": 5}).step == 3
+    assert protocol.from_node(protocol.encode_message(ended)) == ended
+    run = messages.Report(node="n2", seq=0, job_id=7, restart=1, event=messages.FINISHED,
+                          time=1.0)
+    assert "step" not in run.wire()
