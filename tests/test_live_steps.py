@@ -90,6 +90,7 @@ srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{TASK_LINE}'
 echo "srun=$?"
 srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
 srun -l -n 12 --ntasks-per-node 6 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
+srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
 """)
     job = _submit(cluster, script)
     done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
@@ -116,6 +117,10 @@ srun -l -n 12 --ntasks-per-node 6 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
     # srun -l: each line with its task's id, padded to the widest (as Slurm's).
     labelled = sorted(line for line in text.splitlines() if line.endswith(" labelled"))
     assert labelled == [f"{i:>2}: {i} labelled" for i in range(12)], text
+    # An output pattern gqd expands past what a node takes (%N: the first node's name): srun
+    # is refused at once, not left waiting for a step no node would start.
+    assert "srun: error:" in text and "the job's nodes would refuse this step" in text, text
+    assert re.search(r"^long=[1-9][0-9]*$", text, re.M), text
     # gq submit --each-node: the command once on each node, as a step.
     out = cluster.gq("submit", "--parsable", "-N", "2", "-g", "0", "--each-node", "-o",
                      f"{cluster.work}/each-%j.out", "--wrap",

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq import messages, stepstore
+from gq import messages, protocol, stepstore
 from gq import steps as layout_mod
-from gq.errors import NotFoundError, PermissionDenied, RefusedError
+from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError
 from gq.head import reasons
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
@@ -116,11 +116,6 @@ class Steps:
         step_id = max([stepstore.next_step(self.store.conn, job.id),
                        *(s.step + 1 for s in self.live.values() if s.job_id == job.id)])
         name = msg.get("name") or os.path.basename(msg["argv"][0])[:256]
-        step = Step(job.id, step_id, job.restart_count, name, [p.node for p in parts],
-                    sum(len(p.tasks) for p in parts), now,
-                    bool(msg.get("kill_on_bad_exit")), left={p.node for p in parts},
-                    sent_at=self.table.steady(now))
-        self._put(step)
         stdout = self._path(msg.get("output"), msg["cwd"], job, step_id) \
             or job.output_path("output")
         stderr = self._path(msg.get("error"), msg["cwd"], job, step_id) \
@@ -128,10 +123,21 @@ class Steps:
         order = messages.Step(
             job_id=job.id, restart=job.restart_count, step=step_id, argv=tuple(msg["argv"]),
             env=dict(msg["env"]), cwd=msg["cwd"], layout=tuple(layout_mod.to_wire(parts)),
-            stdout=stdout, stderr=stderr, kill_on_bad_exit=step.kill_on_bad_exit,
+            stdout=stdout, stderr=stderr, kill_on_bad_exit=bool(msg.get("kill_on_bad_exit")),
             master_addr=self.table.addr_of(nodelist[0]) or nodelist[0],
             cpus_per_task=msg.get("cpus_per_task"),
             grace_s=float(self.table.cfg.head.kill_grace_s), label=bool(msg.get("label")))
+        try:
+            # What each node will check (its file paths, made here from srun's -o/-e and its
+            # cwd, may come out too long): a refused order would be resent, and srun wait, for
+            # as long as the job runs.
+            protocol.decode_message(protocol.encode_message(order), frozenset({order.TYPE}))
+        except ProtocolError as exc:
+            raise RefusedError(f"the job's nodes would refuse this step ({exc})") from None
+        step = Step(job.id, step_id, job.restart_count, name, [p.node for p in parts],
+                    sum(len(p.tasks) for p in parts), now, order.kill_on_bad_exit,
+                    left={p.node for p in parts}, sent_at=self.table.steady(now))
+        self._put(step)
         step.order = order
         self.send([Order(p.node, order) for p in parts])
         log.info("job %d step %d: %d task(s) on %s", job.id, step_id, step.ntasks,
