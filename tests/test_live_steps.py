@@ -90,6 +90,8 @@ srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{TASK_LINE}'
 echo "srun=$?"
 srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
 srun -l -n 12 --ntasks-per-node 6 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
+srun -n 2 sh -c 'echo "cgroup $SLURM_PROCID $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"'
+echo "batch cgroup $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"
 srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
 """)
     job = _submit(cluster, script)
@@ -117,6 +119,10 @@ srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
     # srun -l: each line with its task's id, padded to the widest (as Slurm's).
     labelled = sorted(line for line in text.splitlines() if line.endswith(" labelled"))
     assert labelled == [f"{i:>2}: {i} labelled" for i in range(12)], text
+    # Where gqnode confines jobs, each step is a child cgroup of the job's, beside the script's.
+    if "jobs are confined" in cluster.log(names[1]):
+        assert f"cgroup 0 job_{job}.0/step_3\n" in text and f"cgroup 1 job_{job}.0/step_3\n" \
+            in text and f"batch cgroup job_{job}.0/step_batch\n" in text, text
     # An output pattern gqd expands past what a node takes (%N: the first node's name): srun
     # is refused at once, not left waiting for a step no node would start.
     assert "srun: error:" in text and "the job's nodes would refuse this step" in text, text
@@ -292,3 +298,21 @@ echo "srun=$?"
     assert done["state"] == "COMPLETED" and "srun=0\n" in text, text
     assert "task 0 on node1\n" in text and "task 1 on node2\n" in text, text
     assert text.count("task 1 on node2") == 1, "the resent order started the task once"
+
+
+def test_the_time_limit_ends_every_task_on_every_node(cluster: LiveCluster) -> None:
+    pids = cluster.work / "pids"
+    pids.mkdir()
+    script = _script(cluster, "limit", f"""
+srun sh -c 'echo $$ > {pids}/$SLURM_PROCID; exec sleep 300'
+""")
+    out = cluster.gq("submit", "--parsable", "-t", "0:04", str(script), check=True)
+    job = int(out.stdout.strip())
+    files = wait_for(lambda: (found := sorted(pids.iterdir())) and len(found) == 4
+                     and all(f.read_text().endswith("\n") for f in found) and found,
+                     "the four tasks to start")
+    tasks = [int(f.read_text()) for f in files]
+    assert cluster.wait_state(job, "TIMEOUT", "COMPLETED", "FAILED")["state"] == "TIMEOUT"
+    wait_for(lambda: not any(_alive(p) for p in tasks), "every task to be killed")
+    history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
+    assert f"\n{job}.0|sh|" in history and "|CANCELLED|" in history, history

@@ -55,6 +55,9 @@ class Step:
     #: Under --kill-on-bad-exit, the exit code of the first node that failed: the step's
     #: (the others' tasks were killed for it).
     first_bad: int | None = None
+    #: A node's tasks were stopped (a cancel, srun's Ctrl-C): the step ends CANCELLED, but
+    #: for a failure under -K, which ends it FAILED.
+    cancelled: bool = False
     state: str = JobState.RUNNING.value
     exit_code: int | None = None
     end_time: float | None = None
@@ -66,7 +69,8 @@ class Step:
 
     def row(self) -> dict[str, Any]:
         detail = {"restart": self.restart, "kill_on_bad_exit": self.kill_on_bad_exit,
-                  "codes": self.codes, "first_bad": self.first_bad}
+                  "codes": self.codes, "first_bad": self.first_bad,
+                  "cancelled": self.cancelled}
         return {"job_id": self.job_id, "step": self.step, "name": self.name,
                 "state": self.state, "exit_code": self.exit_code, "ntasks": self.ntasks,
                 "nodes": ",".join(self.nodes), "start_time": self.start_time,
@@ -81,7 +85,8 @@ class Step:
         return cls(row["job_id"], row["step"], int(detail.get("restart", 0)), row["name"],
                    nodes, row["ntasks"], row["start_time"],
                    bool(detail.get("kill_on_bad_exit")), left=set(nodes) - set(codes),
-                   codes=codes, first_bad=detail.get("first_bad"))
+                   codes=codes, first_bad=detail.get("first_bad"),
+                   cancelled=bool(detail.get("cancelled")))
 
 
 def step_record(row: dict[str, Any]) -> dict[str, Any]:
@@ -179,18 +184,24 @@ class Steps:
             return []
         step.left.discard(node)
         step.codes[node] = 137 if msg.exit_code is None else msg.exit_code
+        stopped = msg.state == JobState.CANCELLED.value
+        step.cancelled = step.cancelled or stopped
         out: list[Order] = []
         if step.kill_on_bad_exit and step.codes[node] != 0 and step.left:
             # srun -K: the first failing task ends the step everywhere.
             out = _kills(step)
-        if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None:
+        if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None \
+                and not stopped:
             step.first_bad = step.codes[node]
         if step.left:
             stepstore.put(self.store.conn, step.row())
         else:
             code = layout_mod.worst(list(step.codes.values())) if step.first_bad is None \
                 else step.first_bad
-            self._end(step, JobState.COMPLETED if code == 0 else JobState.FAILED, code, now)
+            state = JobState.FAILED if step.first_bad is not None else \
+                JobState.CANCELLED if step.cancelled else \
+                JobState.COMPLETED if code == 0 else JobState.FAILED
+            self._end(step, state, code, now)
         return out
 
     def sweep(self, now: float) -> None:

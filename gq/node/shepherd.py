@@ -42,7 +42,7 @@ from gq.node.isolation import RunIsolation, SetupError
 from gq.node.runfiles import (  # noqa: F401
     JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
     RunOrder, open_ours, read_order, read_pid, read_record, read_status, read_trusted, record)
-from gq.node import slurmenv
+from gq.node import slurmenv, stepdirs
 from gq.slurm import shims
 
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
@@ -364,6 +364,8 @@ def _supervise(proc: subprocess.Popen[bytes], launch: Launch, started: float,
             warn_at = None
         if deadline is not None and ending is None and now >= deadline:
             ending, kill_at = JobState.TIMEOUT, now + grace
+            # Its steps first (they end stopped, as for a cancel), then the job's processes.
+            stepdirs.stop_run(run_dir.parent.parent, launch.job_id, launch.restart)
             _signal_group(proc.pid, signal.SIGTERM, jail)
         if kill_at is not None and now >= kill_at:
             _signal_group(proc.pid, signal.SIGKILL, jail)

@@ -22,13 +22,12 @@ from typing import Any
 
 from gq.fsutil import private_dir
 from gq.messages import MAX_NOTE, STEP_ENDED, STEP_STARTED, Report, Step
-from gq.node import shepherd, stepshepherd
+from gq.node import shepherd, stepdirs, stepshepherd
 from gq.node.outbox import Outbox
 from gq.node.runfiles import alive as _alive
 from gq.node.runfiles import proc_start as _started
 
 log = logging.getLogger("gq.node.steps")
-PID_FILE = "shepherd"
 
 
 @dataclass
@@ -46,7 +45,7 @@ class StepRun:
 class NodeSteps:
     def __init__(self, node: str, state_dir: Path, outbox: Outbox):
         self.node, self.outbox = node, outbox
-        self.dir = state_dir / "steps"
+        self.dir = state_dir / stepdirs.STEPS_DIR
         private_dir(self.dir, 0o700)
         self.runs: dict[int, StepRun] = {}  # by the step shepherd's pid
 
@@ -54,7 +53,7 @@ class NodeSteps:
         """A step order: start this node's tasks (`run_dir`: the job's run here, None if this
         node holds no such run, which then fails the step)."""
         key = (msg.job_id, msg.restart, msg.step)
-        step_dir = self.dir / ".".join(map(str, key))
+        step_dir = stepdirs.step_dir(self.dir.parent, *key)
         if any((r.job_id, r.restart, r.step) == key for r in self.runs.values()) \
                 or step_dir.exists():
             return  # a resent order
@@ -66,7 +65,7 @@ class NodeSteps:
             stepshepherd.write_order(step_dir, msg, self.node)
             pid = stepshepherd.spawn(step_dir, run_dir)
             started = _started(pid)
-            (step_dir / PID_FILE).write_text(f"{pid} {started}")
+            (step_dir / stepdirs.PID_FILE).write_text(f"{pid} {started}")
         except OSError as exc:
             log.error("job %d step %d: cannot start its tasks: %s", key[0], key[2], exc)
             shutil.rmtree(step_dir, ignore_errors=True)
@@ -107,13 +106,15 @@ class NodeSteps:
         code = status.get("exit_code")
         self._report((run.job_id, run.restart, run.step),
                      code if isinstance(code, int) and not isinstance(code, bool) else 137,
-                     str(status.get("note") or ("" if status else "its shepherd died")))
+                     str(status.get("note") or ("" if status else "its shepherd died")),
+                     stopped=status.get("stopped") is True)
         return True
 
     def acked(self, entry: dict[str, Any]) -> None:
         """gqd has report `entry`: a step's end, whose directory may go now."""
         if entry.get("event") == STEP_ENDED:
-            shutil.rmtree(self.dir / f"{entry['job_id']}.{entry['restart']}.{entry['step']}",
+            shutil.rmtree(stepdirs.step_dir(self.dir.parent, entry["job_id"], entry["restart"],
+                                            entry["step"]),
                           ignore_errors=True)
 
     def adopt(self) -> None:
@@ -125,8 +126,7 @@ class NodeSteps:
             for entry in sorted(self.dir.iterdir()):
                 try:
                     job_id, restart, step = (int(x) for x in entry.name.split("."))
-                    pid_text, started_text = (entry / PID_FILE).read_text().split()
-                    pid, started = int(pid_text), float(started_text)
+                    pid, started = stepdirs.read_pid(entry)
                 except (ValueError, OSError):
                     shutil.rmtree(entry, ignore_errors=True)  # never started, or not a step
                     continue
@@ -141,10 +141,12 @@ class NodeSteps:
             if not _alive(run.pid, run.started):
                 self.reaped(run.pid)
 
-    def _report(self, key: tuple[int, int, int], code: int, note: str) -> None:
+    def _report(self, key: tuple[int, int, int], code: int, note: str,
+                stopped: bool = False) -> None:
+        """The step's end here: CANCELLED when gqnode stopped its tasks."""
         job_id, restart, step = key
+        state = "CANCELLED" if stopped else "COMPLETED" if code == 0 else "FAILED"
         self.outbox.put(Report(
             node=self.node, seq=0, job_id=job_id, restart=restart, event=STEP_ENDED, step=step,
-            exit_code=code, state="COMPLETED" if code == 0 else "FAILED", time=time.time(),
-            note=note[:MAX_NOTE]).wire())
+            exit_code=code, state=state, time=time.time(), note=note[:MAX_NOTE]).wire())
 

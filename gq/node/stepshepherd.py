@@ -83,17 +83,20 @@ def run(step_dir: Path, run_dir: Path) -> int:
         print(f"gq step shepherd: cannot start the step's tasks: {exc}", file=sys.stderr)
         _write(step_dir, [127 if isinstance(exc, FileNotFoundError) else 126], str(exc))
         return 0
-    codes, first_bad = _supervise(procs, order, step_dir)
+    codes, first_bad, stopped = _supervise(procs, order, step_dir)
     labels.finish(copiers)
-    _write(step_dir, codes, "", first_bad)
+    _write(step_dir, codes, "", first_bad, stopped)
     return 0
 
 
-def _write(step_dir: Path, codes: list[int], note: str, first_bad: int | None = None) -> None:
+def _write(step_dir: Path, codes: list[int], note: str, first_bad: int | None = None,
+           stopped: bool = False) -> None:
     """The node's status of the step: the worst exit code of its tasks, or under
-    --kill-on-bad-exit the one that failed first (the others' are our SIGTERM's)."""
+    --kill-on-bad-exit the one that failed first (the others' are our SIGTERM's); `stopped`:
+    gqnode ended them (a cancel, the job's end, a failure elsewhere under -K)."""
     status = {"exit_code": layout_mod.worst(list(codes)) if first_bad is None else first_bad,
-              "codes": codes, "note": note[:1000], "end_time": time.time()}
+              "codes": codes, "note": note[:1000], "end_time": time.time(),
+              "stopped": stopped}
     write_atomic(step_dir / STATUS_FILE, json.dumps(status).encode(), mode=0o600, durable=False)
 
 
@@ -164,15 +167,15 @@ def _open(pattern: str, procid: int, node_id: int) -> int:
 
 
 def _supervise(procs: list[subprocess.Popen[bytes]], order: Step, step_dir: Path
-               ) -> tuple[list[int], int | None]:
+               ) -> tuple[list[int], int | None, bool]:
     """Wait for every task; their exit codes (128 + the signal for one killed), and under
     --kill-on-bad-exit the first failing one's (None: none failed, or no -K). gqnode's
     SIGTERM passes on its stop order (a signal, then KILL after a grace, or the signal
-    alone); SIGUSR1 kills at once."""
+    alone); SIGUSR1 kills at once. Last, whether gqnode stopped them so."""
     grace = float(order.grace_s)
     codes: dict[int, int] = {}
     kill_at: float | None = None
-    stopping, first_bad = False, None
+    stopping, first_bad, stopped = False, None, False
     while len(codes) < len(procs):
         for i, proc in enumerate(procs):
             if i not in codes and (rc := proc.poll()) is not None:
@@ -192,13 +195,17 @@ def _supervise(procs: list[subprocess.Popen[bytes]], order: Step, step_dir: Path
         if info is None or info.si_signo == signal.SIGCHLD:
             continue
         if info.si_signo == signal.SIGUSR1:
+            stopped = True
             _signal(procs, codes, signal.SIGKILL)
         elif not stopping:
             stop = shepherd._stop_order(step_dir, grace)
             if not stop.no_kill:
-                stopping, kill_at = True, time.monotonic() + stop.grace_s
+                stopping, stopped, kill_at = True, True, time.monotonic() + stop.grace_s
             _signal(procs, codes, stop.signum)
-    return [codes[i] for i in range(len(procs))], first_bad
+    # A stop that came as the tasks were ending (the job's own stop reaches them in its cgroup
+    # too) still makes them stopped.
+    stopped = stopped or bool(signal.sigpending() & {signal.SIGTERM, signal.SIGUSR1})
+    return [codes[i] for i in range(len(procs))], first_bad, stopped
 
 
 def _signal(procs: list[subprocess.Popen[bytes]], done: dict[int, int], sig: int) -> None:
