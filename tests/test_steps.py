@@ -150,3 +150,41 @@ def test_a_step_order_reaches_the_step_shepherd_as_gqd_made_it(tmp_path) -> None
     run = messages.Report(node="n2", seq=0, job_id=7, restart=1, event=messages.FINISHED,
                           time=1.0)
     assert "step" not in run.wire()
+
+
+def test_a_task_that_cannot_start_takes_the_started_ones_with_it(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second task's output file cannot be made (srun -o with %t): the node's part of the
+    step fails to start, and the first task, running already, is killed with it rather than
+    left running with no shepherd watching it."""
+    import os
+    import subprocess
+
+    from gq import messages
+    from gq.node import stepshepherd
+    from gq.node.runfiles import RunOrder
+    (tmp_path / "1").write_text("")  # task 1's output directory: a file
+    parts = steps.layout(["n1"], {"n1": []}, ntasks=2, nodes=None, ntasks_per_node=None,
+                         gpus_per_task=None)
+    order = messages.Step(
+        job_id=1, restart=0, step=0, argv=("sleep", "60"), env={"PATH": os.environ["PATH"]},
+        cwd=str(tmp_path), layout=tuple(steps.to_wire(parts)), stdout=f"{tmp_path}/%t/out",
+        stderr=f"{tmp_path}/%t/out")
+    spec = {"uid": os.geteuid(), "gid": os.getegid(), "cwd": str(tmp_path), "script": ""}
+    launch = messages.Launch(1, 0, spec, (), 0, ("n1",), 0, "/dev/null", "/dev/null",
+                             messages.ArrayTask())
+    started: list[subprocess.Popen[bytes]] = []
+
+    class Recorded(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[call-overload]
+            started.append(self)
+
+    monkeypatch.setattr(stepshepherd.subprocess, "Popen", Recorded)
+    with pytest.raises(OSError):
+        stepshepherd._start(order, "n1", RunOrder(launch, {}))
+    alive = [p for p in started if p.poll() is None]
+    for proc in alive:
+        proc.kill()
+        proc.wait()
+    assert len(started) == 1 and not alive, started

@@ -1,11 +1,13 @@
-"""gqnode's job steps: a step order starts a step shepherd (gq/node/stepshepherd.py) for this
-node's tasks; its end is reported through the outbox (event STEP_ENDED, the worst exit code of
-the node's tasks); step kills, and the end of the job's run here, stop it.
+"""gqnode's job steps: a step order (gq.messages.Step) starts a step shepherd
+(gq/node/stepshepherd.py) for this node's tasks; its start and end are Reports through the
+outbox (events STEP_STARTED, STEP_ENDED: the worst exit code of the node's tasks); step kills
+(StepKill), and the end of the job's run here, stop it.
 
 Each step has a directory `steps/J.R.S/` (gqnode's, 0700): its order, its shepherd's pid,
 then its status; it goes once gqd has the step's end, so that an order gqd sent again (it had
-not heard that the step started) never starts the tasks twice. A restarted gqnode adopts the step shepherds still alive (as it adopts runs'
-shepherds: not its children, so their liveness is polled) and reports the ends of the others.
+not heard that the step started) never starts the tasks twice. A restarted gqnode adopts the
+step shepherds still alive (as it adopts runs' shepherds: not its children, so their liveness
+is polled) and reports the ends of the others.
 """
 
 from __future__ import annotations

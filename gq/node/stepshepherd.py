@@ -115,32 +115,41 @@ def _start(order: Step, node: str, run: RunOrder
     procs: list[subprocess.Popen[bytes]] = []
     copiers: list[int] = []
     ntasks = sum(len(p.tasks) for p in parts)
-    for task in mine.tasks:
-        task_env = {**env, **layout_mod.task_env(
-            parts, mine, task, job_id=order.job_id, step_id=order.step,
-            master_addr=order.master_addr or parts[0].node,
-            cpus_per_task=order.cpus_per_task)}
-        with shepherd._as_user(uid, gid, switch):
-            out = _open(order.stdout, task.procid, mine.node_id)
-            err = out if order.stderr == order.stdout else \
-                _open(order.stderr, task.procid, mine.node_id)
-        if order.label:  # the task writes to pipes, copied with its id before lines
-            out, err = _labelled(out, err, labels.prefix(task.procid, ntasks), copiers)
-        # Started directly, never through the backend's `command` (systemd-run would make the
-        # job's scope anew): `spawning` puts the task in the step's cgroup.
-        argv, popen_switch = slurmenv.task_pid_argv(list(order.argv)), switch
-        try:
-            with shepherd._signals_unblocked(), jail.spawning():
-                procs.append(subprocess.Popen(
-                    argv, cwd=order.cwd, env=task_env, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=err, start_new_session=True,
-                    user=uid if popen_switch else None, group=gid if popen_switch else None,
-                    extra_groups=shepherd._groups(uid, gid) if popen_switch else None,
-                    close_fds=True))
-        finally:
-            os.close(out)
-            if err != out:
-                os.close(err)
+    try:
+        for task in mine.tasks:
+            task_env = {**env, **layout_mod.task_env(
+                parts, mine, task, job_id=order.job_id, step_id=order.step,
+                master_addr=order.master_addr or parts[0].node,
+                cpus_per_task=order.cpus_per_task)}
+            with shepherd._as_user(uid, gid, switch):
+                out = _open(order.stdout, task.procid, mine.node_id)
+                err = out if order.stderr == order.stdout else \
+                    _open(order.stderr, task.procid, mine.node_id)
+            if order.label:  # the task writes to pipes, copied with its id before lines
+                out, err = _labelled(out, err, labels.prefix(task.procid, ntasks), copiers)
+            # Started directly, never through the backend's `command` (systemd-run would make
+            # the job's scope anew): `spawning` puts the task in the step's cgroup.
+            argv, popen_switch = slurmenv.task_pid_argv(list(order.argv)), switch
+            try:
+                with shepherd._signals_unblocked(), jail.spawning():
+                    procs.append(subprocess.Popen(
+                        argv, cwd=order.cwd, env=task_env, stdin=subprocess.DEVNULL, stdout=out,
+                        stderr=err, start_new_session=True,
+                        user=uid if popen_switch else None, group=gid if popen_switch else None,
+                        extra_groups=shepherd._groups(uid, gid) if popen_switch else None,
+                        close_fds=True))
+            finally:
+                os.close(out)
+                if err != out:
+                    os.close(err)
+    except BaseException:
+        # A task that cannot start (its output file, its command) fails the step: the ones
+        # started already must not run on with no shepherd watching them.
+        _signal(procs, {}, signal.SIGKILL)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        raise
     return procs, copiers
 
 
