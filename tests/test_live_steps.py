@@ -316,3 +316,24 @@ srun sh -c 'echo $$ > {pids}/$SLURM_PROCID; exec sleep 300'
     wait_for(lambda: not any(_alive(p) for p in tasks), "every task to be killed")
     history = cluster.gq("history", "-j", str(job), "-p", check=True).stdout
     assert f"\n{job}.0|sh|" in history and "|CANCELLED|" in history, history
+
+
+def test_the_jobs_signal_before_its_limit_reaches_every_task(
+        nodes: tuple[LiveCluster, list[str]]) -> None:
+    cluster, names = nodes
+    marks = cluster.work / "marks"
+    marks.mkdir()
+    script = _script(cluster, "warned", f"""
+trap 'echo "the script got USR1"' USR1
+srun sh -c 'trap "touch {marks}/usr1.$SLURM_PROCID.$SLURMD_NODENAME" USR1
+            while :; do sleep 0.1; done'
+""")
+    out = cluster.gq("submit", "--parsable", "-t", "1:00", "--signal", "USR1@57", str(script),
+                     check=True)
+    job = int(out.stdout.strip())
+    got = wait_for(lambda: (found := sorted(p.name for p in marks.iterdir())) and
+                   len(found) == 4 and found, "every task to get the job's --signal")
+    assert got == [f"usr1.{i}.{names[i // 2]}" for i in range(4)]
+    assert cluster.show(job)["state"] == "RUNNING", "the signal alone ends nothing"
+    cluster.gq("cancel", str(job), check=True)
+    cluster.wait_state(job, "CANCELLED")

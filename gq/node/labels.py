@@ -57,7 +57,8 @@ def _copy(read: int, out: int, label: bytes) -> None:
 
 def finish(pids: list[int], timeout_s: float = 2.0) -> None:
     """Wait for the copiers to reach their pipes' ends (the tasks have ended), at most
-    `timeout_s`: one whose pipe a leftover process still holds is killed."""
+    `timeout_s`: one whose pipe a leftover process still holds is killed. SIGCHLD must be
+    blocked (the step shepherd's signals are)."""
     deadline = time.monotonic() + timeout_s
     left = set(pids)
     while left:
@@ -73,5 +74,5 @@ def finish(pids: list[int], timeout_s: float = 2.0) -> None:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, 0)
             return
-        if left:
-            time.sleep(0.02)
+        if left:  # until a copier ends (SIGCHLD: the step shepherd blocks it) or the time is up
+            signal.sigtimedwait({signal.SIGCHLD}, max(0.0, deadline - time.monotonic()))

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgpack
 
+from gq.fsutil import write_atomic
 from gq.messages import Launch
 
 #: The run's order (RunOrder), written by gqnode before the run's directory exists.
@@ -164,3 +165,18 @@ def alive(pid: int, started: float) -> bool:
         return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float | None,
+               no_kill: bool = False) -> None:
+    """Tell a run's shepherd how its next SIGTERM is to stop the job (gqnode, before the SIGTERM).
+
+    A signal carries no data, and the shepherd may be one that a restarted gqnode adopted (not its
+    child, no pipe to it). A file in the run's directory outlives both and is the simplest channel
+    that works for either. It is written whole (atomic rename) before the SIGTERM is sent, and the
+    shepherd reads it only on a SIGTERM, so it never sees half an order or acts on none.
+    """
+    order: dict[str, Any] = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
+    if no_kill:
+        order["no_kill"] = True
+    write_atomic(run_dir / STOP_FILE, json.dumps(order).encode(), mode=0o600)

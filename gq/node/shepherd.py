@@ -41,7 +41,8 @@ from gq.node.isolation import RunIsolation, SetupError
 # The run directory's files, named here too (gqnode and the tests use them as shepherd.X).
 from gq.node.runfiles import (  # noqa: F401
     JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
-    RunOrder, open_ours, read_order, read_pid, read_record, read_status, read_trusted, record)
+    RunOrder, open_ours, order_stop, read_order, read_pid, read_record, read_status, read_trusted,
+    record)
 from gq.node import slurmenv, stepdirs
 from gq.slurm import shims
 
@@ -361,6 +362,9 @@ def _supervise(proc: subprocess.Popen[bytes], launch: Launch, started: float,
         now = time.monotonic()
         if warning and warn_at is not None and ending is None and now >= warn_at:
             _deliver(proc.pid, warning.number, warning.batch_only, jail)
+            if not warning.batch_only:  # the tasks of its steps on this node too
+                stepdirs.signal_run(run_dir.parent.parent, launch.job_id, launch.restart,
+                                    warning.name)
             warn_at = None
         if deadline is not None and ending is None and now >= deadline:
             ending, kill_at = JobState.TIMEOUT, now + grace
@@ -412,21 +416,6 @@ class _Stop:
     grace_s: float
     #: `gq cancel --signal`: only the signal; the job goes on.
     no_kill: bool = False
-
-
-def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float | None,
-               no_kill: bool = False) -> None:
-    """Tell a run's shepherd how its next SIGTERM is to stop the job (gqnode, before the SIGTERM).
-
-    A signal carries no data, and the shepherd may be one that a restarted gqnode adopted (not its
-    child, no pipe to it). A file in the run's directory outlives both and is the simplest channel
-    that works for either. It is written whole (atomic rename) before the SIGTERM is sent, and the
-    shepherd reads it only on a SIGTERM, so it never sees half an order or acts on none.
-    """
-    order: dict[str, Any] = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
-    if no_kill:
-        order["no_kill"] = True
-    write_atomic(run_dir / STOP_FILE, json.dumps(order).encode(), mode=0o600)
 
 
 def _stop_order(run_dir: Path, default_grace: float) -> _Stop:
