@@ -66,13 +66,19 @@ class NodeSteps:
             step_dir.mkdir(mode=0o700)
             stepshepherd.write_order(step_dir, msg, self.node)
             pid = stepshepherd.spawn(step_dir, run_dir)
-            started = _started(pid)
-            (step_dir / stepdirs.PID_FILE).write_text(f"{pid} {started}")
         except OSError as exc:
             log.error("job %d step %d: cannot start its tasks: %s", key[0], key[2], exc)
             shutil.rmtree(step_dir, ignore_errors=True)
             self._report(key, 1, f"gqnode cannot start the step: {exc}")
             return
+        started = _started(pid)
+        try:
+            (step_dir / stepdirs.PID_FILE).write_text(f"{pid} {started}")
+        except OSError as exc:
+            # The step runs on; only a restarted gqnode would not find it (nor its run's
+            # shepherd, to pass on a time limit or a signal).
+            log.warning("job %d step %d: cannot record its shepherd's pid: %s", key[0], key[2],
+                        exc)
         self.runs[pid] = StepRun(*key, step_dir, pid, started)
         self.outbox.put(Report(node=self.node, seq=0, job_id=key[0], restart=key[1],
                                event=STEP_STARTED, step=key[2], time=time.time()).wire())
