@@ -333,7 +333,7 @@ def job_record(fields: tuple[str, ...] | None = None) -> Callable[[Job], dict[st
     return scope["record"]
 
 
-_PATTERN_RE = re.compile(r"%(%|j|A|a|x|u|N)")
+_PATTERN_RE = re.compile(r"%(%|j|A|a|x|u|N|n|t)")
 #: What each `%` pattern of an output file name stands for.
 _PATTERN_VALUES: dict[str, Callable[[Job], str]] = {
     "%": lambda j: "%", "j": lambda j: str(j.id), "x": lambda j: j.spec.name,
@@ -341,11 +341,15 @@ _PATTERN_VALUES: dict[str, Callable[[Job], str]] = {
     "A": lambda j: str(j.array_job_id if j.array_job_id is not None else j.id),
     "a": lambda j: str(j.array_index) if j.array_index is not None else "4294967294",
     "N": lambda j: next(iter(j.alloc), ""),
+    # The node and task, relative to the job, of what writes the file: the batch script is
+    # node 0, task 0 (sbatch's `%n`, `%t`; a step's own -o gives them per task).
+    "n": lambda j: "0", "t": lambda j: "0",
 }
 
 
 def expand_pattern(pattern: str, job: Job) -> str:
-    """Slurm's output filename patterns: %j job id, %A array job id, %a array index, %x name, %u user."""
+    """Slurm's output filename patterns: %j job id, %A array job id, %a array index, %x name,
+    %u user, %N first node, %n and %t the batch script's node and task (0)."""
     return _PATTERN_RE.sub(lambda m: _PATTERN_VALUES[m[1]](job), pattern)
 
 

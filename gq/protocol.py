@@ -11,18 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 
-from gq import declare, messages
 from gq import spec as spec_fields
 from gq import stepwire, unpack
 from gq.defaults import MAX_SUBMIT_SPECS, PROTOCOL_VERSION  # noqa: F401 (tests read them here)
 from gq.errors import ProtocolError
-from gq.messages import (  # noqa: F401 (named here too)
-    ACK, FINISHED, GPU_SCHEMA, HEAD_TO_NODE, HEARTBEAT, KILL, LAUNCH, MAX_NOTE, NODE_MESSAGES,
-    REGISTER, REPORT, REREGISTER, STARTED, Message, usage_fields)
+
+if TYPE_CHECKING:
+    from gq import messages
+    from gq.messages import (  # noqa: F401 (named here too)
+        ACK, FINISHED, GPU_SCHEMA, HEAD_TO_NODE, HEARTBEAT, KILL, LAUNCH, MAX_NOTE,
+        NODE_MESSAGES, REGISTER, REPORT, REREGISTER, STARTED, Message, usage_fields)
 from gq.schema import (  # noqa: F401 (named here too)
     AS_TOKEN, AS_UID, BOOL, COUNTS, DICT, INT, LENGTHS, LIST, MAX_DEPTH, MAX_FIELDS,
     MAX_HEALTH_LINE, MAX_LIST, MAX_READINGS, MAX_SCRIPT, MAX_STR, NUM, OPT_INT, OPT_LIST,
@@ -126,9 +128,12 @@ _CLIENT_SCHEMAS: dict[str, Schema] = {
 }
 
 
-SCHEMAS: dict[str, Schema] = {
+#: Message type -> its schema: the clients' here; gqd's and gqnode's are added from their
+#: declarations (gq.messages) when first needed (_node_types), so that the CLI, which sends
+#: and reads client messages only, never builds them (~20 ms of every command's start).
+#: `protocol.SCHEMAS` (and RULES) from outside are the whole tables.
+_SCHEMAS: dict[str, Schema] = {
     **{kind: {**_CALLER, **fields} for kind, fields in _CLIENT_SCHEMAS.items()},
-    **{kind: cls.SCHEMA for kind, cls in messages.TYPES.items()},
     REPLY: {"rid": (INT, True), "ok": (BOOL, True)},
 }
 
@@ -196,7 +201,7 @@ def rid_of(frame: bytes | memoryview) -> int:
 def checked(msg: Any, allowed: frozenset[str] | None = None) -> dict[str, Any]:
     """`msg` (unpacked) if it is a valid message of an `allowed` type; else ProtocolError."""
     msg_type = _envelope(msg, allowed)
-    check(msg, SCHEMAS[msg_type], msg_type, RULES.get(msg_type))
+    check(msg, _SCHEMAS[msg_type], msg_type, _RULES.get(msg_type))
     _bounds(msg, msg_type)
     return msg
 
@@ -209,7 +214,9 @@ def _envelope(msg: Any, allowed: frozenset[str] | None) -> str:
         raise ProtocolError(f"protocol version {clip(msg.get('v'))} not supported "
                             f"(this peer speaks {PROTOCOL_VERSION})")
     msg_type = msg.get("type")
-    if not isinstance(msg_type, str) or msg_type not in SCHEMAS or (
+    if isinstance(msg_type, str) and msg_type not in _SCHEMAS:
+        _node_types()  # a node message's type (or none)
+    if not isinstance(msg_type, str) or msg_type not in _SCHEMAS or (
             allowed is not None and msg_type not in allowed):
         raise ProtocolError(f"unknown message type {clip(msg_type)}")
     return msg_type
@@ -221,7 +228,7 @@ def _bounds(msg: dict[str, Any], msg_type: str) -> None:
         if len(msg) > MAX_FIELDS:
             raise ProtocolError(f"{msg_type}: {len(msg)} fields, over {MAX_FIELDS}")
         if not msg.keys() <= _KNOWN[msg_type]:  # else no field is for check_extras to walk
-            check_extras(msg, SCHEMAS[msg_type], msg_type)
+            check_extras(msg, _SCHEMAS[msg_type], msg_type)
 
 
 def decode_message(frame: bytes | memoryview, allowed: frozenset[str]) -> Message:
@@ -229,6 +236,7 @@ def decode_message(frame: bytes | memoryview, allowed: frozenset[str]) -> Messag
     exactly what is wrong with the frame (as `decode` would)."""
     msg = unpack.unpack(frame, LIMITS)
     msg_type = _envelope(msg, allowed)
+    from gq import declare
     read = declare.READERS.get(msg_type)
     if read is None:
         raise ProtocolError(f"{msg_type}: not a message between gqd and gqnode")
@@ -239,13 +247,15 @@ def decode_message(frame: bytes | memoryview, allowed: frozenset[str]) -> Messag
 
 def from_node(frame: bytes | memoryview) -> messages.NodeMessage:
     """What a node sends gqd: Register, Heartbeat or Report (else ProtocolError)."""
-    return cast(messages.NodeMessage, decode_message(frame, NODE_MESSAGES))
+    from gq import messages
+    return cast(messages.NodeMessage, decode_message(frame, messages.NODE_MESSAGES))
 
 
 def from_head(frame: bytes | memoryview) -> messages.HeadMessage:
     """What gqd sends a node: Launch, Kill, Ack, Reregister, Step or StepKill (else
     ProtocolError)."""
-    return cast(messages.HeadMessage, decode_message(frame, HEAD_TO_NODE))
+    from gq import messages
+    return cast(messages.HeadMessage, decode_message(frame, messages.HEAD_TO_NODE))
 
 
 def encode_message(msg: Message) -> bytes:
@@ -272,8 +282,9 @@ def _filter(key: str, value: dict[str, Any], what: str) -> None:
         STRINGS(name, value.get(name) or [], where)
 
 
-#: Message type -> field -> what the field holds, checked after its type.
-RULES: dict[str, Rules] = {
+#: Message type -> field -> what the field holds, checked after its type (node messages' added
+#: with their schemas, as _SCHEMAS).
+_RULES: dict[str, Rules] = {
     **{kind: {"ids": refs} for kind in (WAIT, HOLD, RELEASE, REQUEUE, UPDATE)},
     CANCEL: {"ids": refs, "filter": _filter},
     SUBMIT: {"jobs": each_item(DICT)},  # each a job spec, checked (check_spec) as gqd takes it
@@ -285,10 +296,44 @@ RULES: dict[str, Rules] = {
     EVENTS: {"kinds": STRINGS},
     TOKEN_REVOKE: {"ids": each_item(INT, like="id")},
     **stepwire.CLIENT_RULES,
-    **{kind: cls.RULES for kind, cls in messages.TYPES.items() if cls.RULES},
 }
 #: Each type's fields, with the envelope's.
-_KNOWN = {kind: frozenset({"v", "type", *schema}) for kind, schema in SCHEMAS.items()}
+_KNOWN = {kind: frozenset({"v", "type", *schema}) for kind, schema in _SCHEMAS.items()}
+_loaded = False
+
+
+def _node_types() -> None:
+    """Add the messages between gqd and gqnode (gq.messages) to the tables, once."""
+    global _loaded
+    if _loaded:
+        return
+    from gq import messages
+    for kind, cls in messages.TYPES.items():
+        _SCHEMAS[kind] = cls.SCHEMA
+        if cls.RULES:
+            _RULES[kind] = cls.RULES
+        _KNOWN[kind] = frozenset({"v", "type", *cls.SCHEMA})
+    _loaded = True
+
+
+#: Names of gq.messages that are read here too (protocol.HEARTBEAT ...), loaded when asked.
+_FROM_MESSAGES = frozenset({
+    "ACK", "FINISHED", "GPU_SCHEMA", "HEAD_TO_NODE", "HEARTBEAT", "KILL", "LAUNCH", "MAX_NOTE",
+    "NODE_MESSAGES", "REGISTER", "REPORT", "REREGISTER", "STARTED", "Message", "usage_fields"})
+
+if TYPE_CHECKING:
+    SCHEMAS = _SCHEMAS
+    RULES = _RULES
+else:
+    def __getattr__(name: str) -> Any:
+        """SCHEMAS and RULES whole, and the names of gq.messages, built on first use."""
+        if name in ("SCHEMAS", "RULES"):
+            _node_types()
+            return _SCHEMAS if name == "SCHEMAS" else _RULES
+        if name in _FROM_MESSAGES:
+            from gq import messages
+            return getattr(messages, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_spec(spec: Any) -> dict[str, Any]:

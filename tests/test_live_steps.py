@@ -90,6 +90,7 @@ srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{TASK_LINE}'
 echo "srun=$?"
 srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
 srun -l -n 12 --ntasks-per-node 6 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
+srun -n 2 -o per-%j-%s-%t-%n.out sh -c 'echo "own $SLURM_PROCID"'
 srun -n 2 sh -c 'echo "cgroup $SLURM_PROCID $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"'
 echo "batch cgroup $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"
 srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
@@ -121,8 +122,11 @@ srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
     assert labelled == [f"{i:>2}: {i} labelled" for i in range(12)], text
     # Where gqnode confines jobs, each step is a child cgroup of the job's, beside the script's.
     if "jobs are confined" in cluster.log(names[1]):
-        assert f"cgroup 0 job_{job}.0/step_3\n" in text and f"cgroup 1 job_{job}.0/step_3\n" \
+        assert f"cgroup 0 job_{job}.0/step_4\n" in text and f"cgroup 1 job_{job}.0/step_4\n" \
             in text and f"batch cgroup job_{job}.0/step_batch\n" in text, text
+    # srun -o: the step's own files, %s the step, %t the task and %n its node.
+    for task in (0, 1):
+        assert (cluster.work / f"per-{job}-3-{task}-{task}.out").read_text() == f"own {task}\n"
     # An output pattern gqd expands past what a node takes (%N: the first node's name): srun
     # is refused at once, not left waiting for a step no node would start.
     assert "srun: error:" in text and "the job's nodes would refuse this step" in text, text

@@ -487,6 +487,8 @@ def test_expand_pattern_fields():
     assert expand_pattern("%q", job) == "%q"
     assert expand_pattern("out-%x-%j.%u.log", job) == "out-train-42.alice.log"
     assert expand_pattern("no-pattern.txt", job) == "no-pattern.txt"
+    # The batch script is node 0 and task 0 of its job (corpus 27: %x-%j_%n.out).
+    assert expand_pattern("%x-%j_%n.%t", job) == "train-42_0.0"
 
 
 def test_expand_pattern_double_percent_is_literal():

@@ -77,6 +77,15 @@ def test_the_batch_environment_is_the_peers(words: list[str], expected: dict[str
          "ENVIRONMENT": "BATCH", "SLURM_CLUSTER_NAME": "gqpeer", "SLURM_JOBID": "13"}
 
 
+def test_only_a_requeued_job_has_a_restart_count() -> None:
+    assert "SLURM_RESTART_COUNT" not in _env(["-N", "1"])  # the peer's first runs: none
+    spec = resolve(_request(["-N", "1"], "#!/bin/sh\ntrue\n"), [NODE], 1, [])
+    spec.update(user="root", uid=0, gid=0)
+    env = batch_env(Launch(job_id=13, restart=2, spec=spec, gpus=(), rank=0, nodelist=("n1",),
+                           time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask()))
+    assert env["SLURM_RESTART_COUNT"] == "2"
+
+
 def test_nodes_and_arrays_in_slurms_forms() -> None:
     env = _env(["-N", "2"], rank=1)
     assert (env["SLURM_JOB_NODELIST"], env["SLURM_NODELIST"], env["SLURMD_NODENAME"],
@@ -90,3 +99,25 @@ def test_nodes_and_arrays_in_slurms_forms() -> None:
     assert (task["SLURM_ARRAY_JOB_ID"], task["SLURM_ARRAY_TASK_ID"],
             task["SLURM_ARRAY_TASK_COUNT"]) == ("12", "3", "5")
     assert tasks_per_node({"ntasks": 5, "ntasks_per_node": 2}, 3) == [2, 2, 1]
+
+
+def test_a_job_keeps_the_home_it_was_submitted_with_and_its_identity_from_passwd() -> None:
+    """As Slurm: HOME is the submitter's (a login shell's ~/.bash_profile is the one the user
+    meant: corpus 27); the passwd entry's only when none came. USER and LOGNAME are who the job
+    runs as, whatever the environment said."""
+    import pwd
+
+    from gq.node.runfiles import RunOrder
+    from gq.node.shepherd import job_env
+    me = pwd.getpwuid(0)
+    spec = resolve(_request(["-N", "1"], "#!/bin/sh\ntrue\n"), [NODE], 1, [])
+
+    def env_of(submitted: dict[str, str]) -> dict[str, str]:
+        spec.update(user="root", uid=0, gid=0, env=submitted)
+        launch = Launch(job_id=13, restart=0, spec=spec, gpus=(), rank=0, nodelist=("n1",),
+                        time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask())
+        return job_env(RunOrder(launch=launch, isolation={}))
+
+    kept = env_of({"HOME": "/site/home", "USER": "mallory", "PATH": "/bin"})
+    assert (kept["HOME"], kept["USER"], kept["LOGNAME"]) == ("/site/home", me.pw_name, me.pw_name)
+    assert env_of({"PATH": "/bin"})["HOME"] == me.pw_dir

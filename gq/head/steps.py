@@ -243,7 +243,9 @@ class Steps:
         """srun -o/-e: %j and %s (the step) here; %t (task) and %n (node) on the node."""
         if not pattern:
             return ""
-        text = expand_pattern(pattern.replace("%s", str(step_id)), job)
+        # %t and %n kept for the node (expand_pattern gives the batch script's, 0): as %%t.
+        kept = pattern.replace("%s", str(step_id)).replace("%t", "%%t").replace("%n", "%%n")
+        text = expand_pattern(kept, job)
         return text if text.startswith("/") else f"{cwd.rstrip('/')}/{text}"
 
     def _put(self, step: Step) -> None:

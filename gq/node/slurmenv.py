@@ -75,9 +75,11 @@ def batch_env(launch: Launch) -> dict[str, str]:
         "SLURMD_NODENAME": node, "SLURM_TOPOLOGY_ADDR": node,
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node", "SLURM_NODEID": str(rank), "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0", "SLURM_GTIDS": "0", "SLURM_NODE_ALIASES": "(null)",
-        "SLURM_PRIO_PROCESS": "0", "SLURM_RESTART_COUNT": str(launch.restart),
-        "ENVIRONMENT": "BATCH", "HOSTNAME": node,
+        "SLURM_PRIO_PROCESS": "0", "ENVIRONMENT": "BATCH", "HOSTNAME": node,
     }
+    if launch.restart:
+        # As Slurm: only a job that was requeued has it (the peer's first runs had none).
+        env["SLURM_RESTART_COUNT"] = str(launch.restart)
     if spec.get("ntasks"):
         env.update(SLURM_NTASKS=str(spec["ntasks"]), SLURM_NPROCS=str(spec["ntasks"]))
     for key, name in (("ntasks_per_node", "SLURM_NTASKS_PER_NODE"),
