@@ -38,13 +38,20 @@ class NodePart:
     tasks: tuple[Task, ...]
 
 
-def layout(nodelist: list[str], gpus: dict[str, list[int]], *, ntasks: int | None,
-           nodes: int | None, ntasks_per_node: int | None, gpus_per_task: int | None
-           ) -> list[NodePart]:
-    """The step's tasks on the job's nodes (`nodelist` in rank order, `gpus` each node's
-    allocated GPU indices); RefusedError for a step the allocation cannot hold."""
+def layout(job_nodes: list[str], gpus: dict[str, list[int]], *, ntasks: int | None,
+           nodes: int | None, ntasks_per_node: int | None, gpus_per_task: int | None,
+           only: list[str] | None = None) -> list[NodePart]:
+    """The step's tasks on the job's nodes (`job_nodes` in rank order, `gpus` each node's
+    allocated GPU indices; `only`: srun -w, these of them); RefusedError for a step the
+    allocation cannot hold."""
+    if only:
+        strangers = sorted(set(only) - set(job_nodes))
+        if strangers:
+            raise RefusedError(f"srun -w: {', '.join(strangers)} not in the job's nodes "
+                               f"({', '.join(job_nodes)})")
+    nodelist = [n for n in job_nodes if not only or n in only]
     if nodes is not None and not 1 <= nodes <= len(nodelist):
-        raise RefusedError(f"srun -N {nodes}: the job has {len(nodelist)} node(s)")
+        raise RefusedError(f"srun -N {nodes}: the step may use {len(nodelist)} node(s)")
     if ntasks is not None and ntasks < 1:
         raise RefusedError("srun -n must be at least 1")
     if ntasks_per_node is not None and ntasks_per_node < 1:
@@ -67,7 +74,7 @@ def layout(nodelist: list[str], gpus: dict[str, list[int]], *, ntasks: int | Non
         raise RefusedError(f"srun -n {ntasks} tasks do not fit on {nodes} node(s) of "
                            f"--ntasks-per-node {most}")
     parts, procid, left = [], 0, ntasks
-    for node_id, node in enumerate(nodelist[:nodes]):
+    for node_id, node in enumerate(nodelist[:nodes]):  # SLURM_NODEID: its place in the step
         here = min(most, left)
         held = list(gpus.get(node, []))
         if gpus_per_task and here * gpus_per_task > len(held):
@@ -122,13 +129,19 @@ def task_env(parts: list[NodePart], part: NodePart, task: Task, *, job_id: int, 
         "RANK": str(task.procid), "LOCAL_RANK": str(task.localid), "WORLD_SIZE": str(ntasks),
         "LOCAL_WORLD_SIZE": str(len(part.tasks)), "NODE_RANK": str(part.node_id),
         "MASTER_ADDR": master_addr, "MASTER_PORT": str(20000 + job_id % 20000),
-        "CUDA_VISIBLE_DEVICES": gpus, "GPU_DEVICE_ORDINAL": gpus,
-        "ROCR_VISIBLE_DEVICES": gpus, "ZE_AFFINITY_MASK": gpus,
-        "SLURM_STEP_GPUS": gpus, "SLURM_GPUS_ON_NODE": str(len(task.gpus)),
+        "CUDA_VISIBLE_DEVICES": gpus,
     }
+    if task.gpus:  # as Slurm's: only for a task with GPUs
+        env.update(GPU_DEVICE_ORDINAL=gpus, ROCR_VISIBLE_DEVICES=gpus, ZE_AFFINITY_MASK=gpus,
+                   SLURM_STEP_GPUS=gpus, SLURM_GPUS_ON_NODE=str(len(task.gpus)))
     if cpus_per_task:
         env["SLURM_CPUS_PER_TASK"] = str(cpus_per_task)
     return env
+
+
+def labelled_env() -> dict[str, str]:
+    """What Slurm adds for the tasks of an `srun -l` step."""
+    return {"SLURM_LABELIO": "1"}
 
 
 def worst(codes: list[int | None]) -> int:

@@ -35,14 +35,16 @@ MAX_NODE_TASKS, MAX_ARG, MAX_VALUE = 4096, 128 * 1024, 32 * 1024
 CLIENT_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     # A step of job `job_id` (the caller's, running) running `argv` in `cwd` with `env`
     # (srun's environment), laid out as gq.steps.layout does; output and error: the step's
-    # files (default: the job's). Reply: step, ntasks, nodes.
+    # files (default: the job's); label: srun -l; nodelist: srun -w, only these nodes of the
+    # job. Reply: step, ntasks, nodes.
     STEP_LAUNCH: {"job_id": (_INT, True), "argv": (_LIST, True), "env": (_DICT, True),
                   "cwd": (_STR, True), "ntasks": (_OPT_INT, False), "nodes": (_OPT_INT, False),
                   "ntasks_per_node": (_OPT_INT, False), "gpus_per_task": (_OPT_INT, False),
                   "cpus_per_task": (_OPT_INT, False), "kill_on_bad_exit": (_BOOL, False),
                   "output": (_OPT_STR, False), "error": (_OPT_STR, False),
-                  "name": (_OPT_STR, False), "label": (_BOOL, False)},
-    # Reply: the step's record (gq.head.steps.Step.record): state RUNNING until every node's
+                  "name": (_OPT_STR, False), "label": (_BOOL, False),
+                  "nodelist": (_LIST, False)},
+    # Reply: the step's record (gq.head.steps.step_record): state RUNNING until every node's
     # tasks ended, exit_code.
     STEP_STATUS: {"job_id": (_INT, True), "step": (_INT, True)},
     STEP_CANCEL: {"job_id": (_INT, True), "step": (_INT, True)},
@@ -81,4 +83,12 @@ def layout(key: str, value: list[Any], what: str) -> None:
             raise ProtocolError(f"{what}: {key}[{i}] is not a node's part of a step layout")
 
 
-CLIENT_RULES: dict[str, dict[str, Any]] = {STEP_LAUNCH: {"argv": command, "env": environment}}
+def node_names(key: str, value: Any, what: str) -> None:
+    """Node names."""
+    if len(value) > 65_536 or not all(type(n) is str and 0 < len(n) <= 255 and "\0" not in n
+                                      for n in value):
+        raise ProtocolError(f"{what}: {key!r} must be node names")
+
+
+CLIENT_RULES: dict[str, dict[str, Any]] = {
+    STEP_LAUNCH: {"argv": command, "env": environment, "nodelist": node_names}}

@@ -93,6 +93,7 @@ srun -l -n 12 --ntasks-per-node 6 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
 srun -n 2 -o per-%j-%s-%t-%n.out sh -c 'echo "own $SLURM_PROCID"'
 srun -n 2 sh -c 'echo "cgroup $SLURM_PROCID $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"'
 echo "batch cgroup $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"
+echo "ip=$(srun --nodes=1 --ntasks=1 -w {names[1]} sh -c 'echo $SLURMD_NODENAME.$SLURM_NODEID')"
 srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
 """)
     job = _submit(cluster, script)
@@ -124,6 +125,10 @@ srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
     if "jobs are confined" in cluster.log(names[1]):
         assert f"cgroup 0 job_{job}.0/step_4\n" in text and f"cgroup 1 job_{job}.0/step_4\n" \
             in text and f"batch cgroup job_{job}.0/step_batch\n" in text, text
+    # srun -w: on the node named (torchrun scripts find their head node's address so), its
+    # SLURM_NODEID its place in the step (Slurm's).
+    assert f"ip={names[1]}.0\n" in text, text
+    assert not list(cluster.work.glob(".srun-*")), "srun removes its relay files"
     # srun -o: the step's own files, %s the step, %t the task and %n its node.
     for task in (0, 1):
         assert (cluster.work / f"per-{job}-3-{task}-{task}.out").read_text() == f"own {task}\n"

@@ -34,6 +34,8 @@ def test_four_tasks_two_a_node_get_one_gpu_each_in_block_order() -> None:
     ({"ntasks": 1}, [[(0, 0, (0, 1, 2, 3))]]),
     # -N 1 --ntasks-per-node 2 --gpus-per-task 2.
     ({"nodes": 1, "ntasks_per_node": 2, "gpus_per_task": 2}, [[(0, 0, (0, 1)), (1, 1, (2, 3))]]),
+    # -w n2 -n 1: that node only.
+    ({"only": ["n2"], "ntasks": 1}, [[(0, 0, (4, 5, 6, 7))]]),
 ])
 def test_slurms_defaults_inside_an_allocation(kw: dict, want: list) -> None:
     args = {"ntasks": None, "nodes": None, "ntasks_per_node": None, "gpus_per_task": None, **kw}
@@ -41,7 +43,9 @@ def test_slurms_defaults_inside_an_allocation(kw: dict, want: list) -> None:
 
 
 @pytest.mark.parametrize("kw, why", [
-    ({"nodes": 3}, "the job has 2 node"),
+    ({"nodes": 3}, "the step may use 2 node"),
+    ({"only": ["n3"]}, "n3 not in the job's nodes"),
+    ({"only": ["n2"], "nodes": 2}, "may use 1 node"),
     ({"ntasks": 5, "ntasks_per_node": 2}, "do not fit"),
     ({"ntasks": 4, "gpus_per_task": 3}, "need 6 GPUs on n1"),
     ({"ntasks": 0}, "at least 1"),
@@ -51,6 +55,12 @@ def test_a_step_the_allocation_cannot_hold_is_refused(kw: dict, why: str) -> Non
     args = {"ntasks": None, "nodes": None, "ntasks_per_node": None, "gpus_per_task": None, **kw}
     with pytest.raises(RefusedError, match=why):
         steps.layout(NODES, GPUS, **args)
+
+
+def test_a_step_on_named_nodes_numbers_them_from_0_as_slurm() -> None:
+    parts = steps.layout(NODES, GPUS, ntasks=None, nodes=None, ntasks_per_node=None,
+                         gpus_per_task=None, only=["n2"])
+    assert [(p.node, p.node_id) for p in parts] == [("n2", 0)]
 
 
 def test_a_tasks_environment_names_its_ranks_node_and_gpus() -> None:
@@ -78,6 +88,8 @@ def test_a_tasks_environment_names_its_ranks_node_and_gpus() -> None:
     (["--kill-on-bad-exit", "--", "prog", "x"], True, ["prog", "x"]),
     (["-n", "2", "--gpu-bind=closest", "-l", "python", "-u", "t.py"], False,
      ["python", "-u", "t.py"]),
+    (["--wait=60", "--kill-on-bad-exit=1", "--jobid", "9", "-W", "5", "bash", "-c", "x"], True,
+     ["bash", "-c", "x"]),
 ])
 def test_srun_reads_slurms_option_forms(argv: list[str], kill: bool, command: list[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +109,7 @@ def test_srun_takes_the_jobs_task_count_and_exports(monkeypatch: pytest.MonkeyPa
     assert fields["env"]["A"] == "1" and "SECRET" not in fields["env"]
     assert fields["env"]["SLURM_JOB_ID"] == "9"
     assert srun.request(p.parse_args(["true"]))["ntasks"] == 8
+    assert srun.request(p.parse_args(["-w", "n[1-2]", "true"]))["nodelist"] == ["n1", "n2"]
     monkeypatch.delenv("SLURM_JOB_ID")
     monkeypatch.delenv("GQ_JOB_ID", raising=False)
     with pytest.raises(Failure, match="no job allocation"):

@@ -117,7 +117,7 @@ class Steps:
         parts = layout_mod.layout(
             nodelist, {n: list(g) for n, g in job.alloc.items()}, ntasks=msg.get("ntasks"),
             nodes=msg.get("nodes"), ntasks_per_node=msg.get("ntasks_per_node"),
-            gpus_per_task=msg.get("gpus_per_task"))
+            gpus_per_task=msg.get("gpus_per_task"), only=msg.get("nodelist"))
         step_id = max([stepstore.next_step(self.store.conn, job.id),
                        *(s.step + 1 for s in self.live.values() if s.job_id == job.id)])
         name = msg.get("name") or os.path.basename(msg["argv"][0])[:256]

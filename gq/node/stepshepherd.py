@@ -120,7 +120,8 @@ def _start(order: Step, node: str, run: RunOrder
             task_env = {**env, **layout_mod.task_env(
                 parts, mine, task, job_id=order.job_id, step_id=order.step,
                 master_addr=order.master_addr or parts[0].node,
-                cpus_per_task=order.cpus_per_task)}
+                cpus_per_task=order.cpus_per_task),
+                **(layout_mod.labelled_env() if order.label else {})}
             with shepherd._as_user(uid, gid, switch):
                 out = _open(order.stdout, task.procid, mine.node_id)
                 err = out if order.stderr == order.stdout else \

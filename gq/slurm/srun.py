@@ -2,7 +2,8 @@
 wait for it and exit with its status (the worst of its tasks' exit codes, as Slurm's srun).
 
 Options are Slurm's for a step: -n, -N, --ntasks-per-node, -c, --gpus-per-task, -o, -e,
--K/--kill-on-bad-exit, -l/--label, --export, -J; others a script passes (--exclusive,
+-K/--kill-on-bad-exit, -l/--label, -w/--nodelist, --jobid, --export, -J; others a script
+passes (--exclusive, --wait,
 --gpu-bind, --cpu-bind, --mpi, -u ...) are taken and, where gq does nothing with them, left
 alone.
 Ctrl-C (SIGINT) or SIGTERM ends the step. Outside a job srun says it needs one.
@@ -20,7 +21,7 @@ from typing import Any
 
 from gq import stepwire
 from gq.errors import UnreachableError
-from gq.slurm import common
+from gq.slurm import common, srunio
 from gq.slurm.common import Failure
 
 #: How often srun asks how its step is, in seconds: soon at first, then at most this seldom.
@@ -41,11 +42,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--export")
     p.add_argument("-J", "--job-name")
     p.add_argument("-l", "--label", action="store_true")
-    for flag in ("--exclusive", "--overlap", "-u", "--unbuffered", "-W", "--quiet", "-Q", "-v",
+    p.add_argument("-w", "--nodelist")
+    p.add_argument("--jobid")
+    for flag in ("--exclusive", "--overlap", "-u", "--unbuffered", "--quiet", "-Q", "-v",
                  "--verbose"):
         p.add_argument(flag, action="store_true", dest=f"ignored_{flag.strip('-')}")
     for valued in ("--gpu-bind", "--cpu-bind", "--mpi", "--distribution", "-m", "--mem",
-                   "-t", "--time", "--gres", "-G", "--gpus", "--wait", "--mem-per-cpu",
+                   "-t", "--time", "--gres", "-G", "--gpus", "-W", "--wait", "--mem-per-cpu",
                    "--mem-per-gpu", "-p", "--partition", "-A", "--account", "--qos", "-q"):
         p.add_argument(valued, dest=f"ignored_{valued.strip('-')}")
     p.add_argument("command", nargs=argparse.REMAINDER)
@@ -111,7 +114,7 @@ def _environment(export: str | None) -> dict[str, str]:
 
 def request(args: argparse.Namespace) -> dict[str, Any]:
     """The STEP_LAUNCH fields for srun's arguments, in the job of this environment."""
-    job = os.environ.get("SLURM_JOB_ID") or os.environ.get("GQ_JOB_ID")
+    job = args.jobid or os.environ.get("SLURM_JOB_ID") or os.environ.get("GQ_JOB_ID")
     if not job or not job.isdigit():
         raise Failure("srun: error: no job allocation: srun starts job steps inside a gq job "
                       "(submit one with sbatch or gq submit)")
@@ -131,7 +134,20 @@ def request(args: argparse.Namespace) -> dict[str, Any]:
             "cpus_per_task": args.cpus_per_task,
             "kill_on_bad_exit": bool(kill),
             "output": _absolute(args.output), "error": _absolute(args.error),
-            "name": args.job_name, "label": args.label}
+            "name": args.job_name, "label": args.label,
+            **({"nodelist": _hosts(args.nodelist)} if args.nodelist else {})}
+
+
+def _hosts(text: str) -> list[str]:
+    """srun -w: a hostlist (`node[1-2],gpu3`), or a file of names when it holds a '/'."""
+    from gq.hostlist import expand
+    if "/" in text:
+        try:
+            with open(text) as f:
+                text = ",".join(f.read().split())
+        except OSError as exc:
+            raise Failure(f"srun: error: cannot read the node list file {text}: {exc}") from None
+    return expand(text)
 
 
 def _absolute(path: str | None) -> str | None:
@@ -142,6 +158,16 @@ def run(argv: list[str]) -> int:
     p = parser()
     args = p.parse_args(_options(p, argv))
     fields = request(args)
+    sys.stdout.flush()
+    relays = srunio.route(fields, str(fields["cwd"]), sys.stdout.buffer, sys.stderr.buffer)
+    try:
+        return _run_step(fields, relays)
+    finally:
+        for relay in relays:
+            relay.close()
+
+
+def _run_step(fields: dict[str, Any], relays: list[srunio.Relay]) -> int:
     stop: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _: stop.append(signum))
@@ -164,8 +190,13 @@ def run(argv: list[str]) -> int:
             except UnreachableError:
                 # gqd restarting: the step goes on (gqd takes it up again); ask again.
                 status, wait = {}, POLL_MAX_S
+            for relay in relays:
+                relay.pump()
             time.sleep(wait)
             wait = min(POLL_MAX_S, wait * 2)
+    for relay in relays:
+        relay.close()
+    relays.clear()
     code = status.get("exit_code")
     if status["state"] == "CANCELLED":
         print(f"srun: error: step {job_id}.{step} was cancelled", file=sys.stderr)
