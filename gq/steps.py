@@ -131,9 +131,10 @@ def task_env(parts: list[NodePart], part: NodePart, task: Task, *, job_id: int, 
         "MASTER_ADDR": master_addr, "MASTER_PORT": str(20000 + job_id % 20000),
         "CUDA_VISIBLE_DEVICES": gpus,
     }
-    if task.gpus:  # as Slurm's: only for a task with GPUs
+    if task.gpus:  # as Slurm's: only for a task with GPUs; ON_NODE: the step's on the node
+        on_node = {g for t in part.tasks for g in t.gpus}
         env.update(GPU_DEVICE_ORDINAL=gpus, ROCR_VISIBLE_DEVICES=gpus, ZE_AFFINITY_MASK=gpus,
-                   SLURM_STEP_GPUS=gpus, SLURM_GPUS_ON_NODE=str(len(task.gpus)))
+                   SLURM_STEP_GPUS=gpus, SLURM_GPUS_ON_NODE=str(len(on_node)))
     if cpus_per_task:
         env["SLURM_CPUS_PER_TASK"] = str(cpus_per_task)
     return env

@@ -89,7 +89,7 @@ echo "batch on $SLURMD_NODENAME"
 srun -n 4 --ntasks-per-node 2 --gpus-per-task 1 sh -c '{TASK_LINE}'
 echo "srun=$?"
 srun -N 2 -n 2 sh -c 'echo "second $SLURM_STEP_ID on $SLURMD_NODENAME"'
-srun -l -n 12 --ntasks-per-node 6 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
+srun -l -n 12 --ntasks-per-node 6 --gpus-per-task 0 sh -c 'printf "%s labelled\\n" $SLURM_PROCID'
 srun -n 2 -o per-%j-%s-%t-%n.out sh -c 'echo "own $SLURM_PROCID"'
 srun -n 2 sh -c 'echo "cgroup $SLURM_PROCID $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"'
 echo "batch cgroup $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"

@@ -118,6 +118,8 @@ def test_a_job_keeps_the_home_it_was_submitted_with_and_its_identity_from_passwd
                         time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask())
         return job_env(RunOrder(launch=launch, isolation={}))
 
-    kept = env_of({"HOME": "/site/home", "USER": "mallory", "PATH": "/bin"})
-    assert (kept["HOME"], kept["USER"], kept["LOGNAME"]) == ("/site/home", me.pw_name, me.pw_name)
-    assert env_of({"PATH": "/bin"})["HOME"] == me.pw_dir
+    kept = env_of({"HOME": "/site/home", "SHELL": "/bin/zsh", "USER": "mallory", "PATH": "/bin"})
+    assert (kept["HOME"], kept["SHELL"], kept["USER"], kept["LOGNAME"]) == (
+        "/site/home", "/bin/zsh", me.pw_name, me.pw_name)
+    plain = env_of({"PATH": "/bin"})
+    assert (plain["HOME"], plain["SHELL"]) == (me.pw_dir, me.pw_shell or "/bin/sh")

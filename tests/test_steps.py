@@ -110,6 +110,13 @@ def test_srun_takes_the_jobs_task_count_and_exports(monkeypatch: pytest.MonkeyPa
     assert fields["env"]["SLURM_JOB_ID"] == "9"
     assert srun.request(p.parse_args(["true"]))["ntasks"] == 8
     assert srun.request(p.parse_args(["-w", "n[1-2]", "true"]))["nodelist"] == ["n1", "n2"]
+    # The job's --gpus-per-task and -c are srun's defaults (Slurm's input variables).
+    monkeypatch.setenv("SLURM_GPUS_PER_TASK", "a100:1")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    fields = srun.request(p.parse_args(["true"]))
+    assert (fields["gpus_per_task"], fields["cpus_per_task"]) == (1, 4)
+    assert srun.request(p.parse_args(["--gpus-per-task", "2", "-c", "1", "true"]))[
+        "gpus_per_task"] == 2
     monkeypatch.delenv("SLURM_JOB_ID")
     monkeypatch.delenv("GQ_JOB_ID", raising=False)
     with pytest.raises(Failure, match="no job allocation"):

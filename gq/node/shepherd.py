@@ -308,11 +308,13 @@ def job_env(order: RunOrder, slurm_bin: str | None = None) -> dict[str, str]:
     try:
         pw = pwd.getpwuid(spec["uid"])
         # Who the job runs as, from the passwd entry, whatever the submitter's shell had.
-        env.update(SHELL=pw.pw_shell or "/bin/sh", USER=pw.pw_name, LOGNAME=pw.pw_name)
-        # HOME is where the job looks for its files, not who it is: the one it was submitted
-        # with (--export), as Slurm keeps it (a site's or a test's HOME, a login shell's
-        # ~/.bash_profile); the passwd entry's when none came (--export=NONE, gq api).
+        env.update(USER=pw.pw_name, LOGNAME=pw.pw_name)
+        # HOME and SHELL are where the job looks for its files and what runs its commands, not
+        # who it is: those it was submitted with (--export), as Slurm keeps them (a site's or a
+        # test's HOME, a login shell's ~/.bash_profile); the passwd entry's when none came
+        # (--export=NONE, gq api).
         env.setdefault("HOME", pw.pw_dir)
+        env.setdefault("SHELL", pw.pw_shell or "/bin/sh")
     except KeyError:
         pass
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")

@@ -127,11 +127,15 @@ def request(args: argparse.Namespace) -> dict[str, Any]:
         inherited = os.environ.get("SLURM_NTASKS")  # the job's -n, as Slurm's srun takes it
         ntasks = int(inherited) if inherited and inherited.isdigit() else None
     kill = args.kill_on_bad_exit
+    # The job's own per-task requests are srun's defaults, as Slurm's srun reads them.
+    gpus_per_task = args.gpus_per_task or os.environ.get("SLURM_GPUS_PER_TASK")
+    cpus_per_task = args.cpus_per_task if args.cpus_per_task is not None else \
+        _count(os.environ.get("SLURM_CPUS_PER_TASK"), "SLURM_CPUS_PER_TASK")
     return {"job_id": int(job), "argv": list(args.command),
             "env": _environment(args.export), "cwd": os.getcwd(), "ntasks": ntasks,
             "nodes": nodes, "ntasks_per_node": args.ntasks_per_node,
-            "gpus_per_task": _count(args.gpus_per_task, "--gpus-per-task"),
-            "cpus_per_task": args.cpus_per_task,
+            "gpus_per_task": _count(gpus_per_task, "--gpus-per-task"),
+            "cpus_per_task": cpus_per_task,
             "kill_on_bad_exit": bool(kill),
             "output": _absolute(args.output), "error": _absolute(args.error),
             "name": args.job_name, "label": args.label,
