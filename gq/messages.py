@@ -33,10 +33,16 @@ LAUNCH = "launch"
 KILL = "kill"
 ACK = "ack"
 REREGISTER = "reregister"
+#: A job step's (srun's) tasks on a node: start them; stop them (gq/stepwire.py names them).
+STEP = stepwire.STEP
+STEP_KILL = stepwire.STEP_KILL
 
 #: Report events a node sends about a job run.
 STARTED = "started"
 FINISHED = "finished"
+#: ... and about its tasks of a job step (the report's `step`): started; all ended.
+STEP_STARTED = stepwire.STEP_STARTED
+STEP_ENDED = stepwire.STEP_ENDED
 
 #: Longest note a node sends with a job's end (why it failed to start).
 MAX_NOTE = 1000
@@ -139,7 +145,7 @@ class Report(Message):
     seq: int
     job_id: int
     restart: int
-    #: STARTED or FINISHED.
+    #: STARTED or FINISHED (the run's); STEP_STARTED or STEP_ENDED (step `step`'s tasks here).
     event: str
     time: float
     #: A finished run's state, exit code and why (a failed start, a node fault).
@@ -149,7 +155,8 @@ class Report(Message):
     #: What the run used (bytes, seconds: Slurm's MaxRSS and TotalCPU), when the node knows.
     max_rss: int | None = None
     cpu_s: float | None = None
-    #: For the events STEP_STARTED and STEP_ENDED (gq/stepwire.py): which step of the run.
+    #: The job step of a STEP_STARTED or STEP_ENDED report (its exit_code: the worst of the
+    #: node's tasks'); None for the run's own.
     step: int | None = None
 
 
@@ -247,46 +254,50 @@ class Reregister(Message):
 declare(Reregister)
 
 
-
 @dataclass(frozen=True, slots=True)
 class Step(Message):
-    """Start this node's tasks of a job step (srun; gq/head/steps.py, gq/node/steps.py)."""
+    """Start this node's tasks of a job step (srun inside the job; gq/head/steps.py sends it,
+    gq/node/steps.py starts a step shepherd for it). A node starts a step's tasks once: gqd
+    sends the order again until the node's STEP_STARTED report."""
 
-    TYPE: ClassVar[str] = stepwire.STEP
+    TYPE: ClassVar[str] = STEP
     job_id: int
+    #: The job's run the step belongs to.
     restart: int
     step: int
-    #: The command, in `cwd`, with srun's environment (each task's Slurm variables on top).
+    #: What each task runs, in `cwd`, with `env` (srun's environment) under its own.
     argv: tuple[str, ...]
     env: dict[str, str]
     cwd: str
-    #: Where every task of the step goes (gq.steps.to_wire); this node runs those of its entry.
+    #: Every node's part (gq.steps.to_wire: node, node_id, tasks [procid, localid, [gpu, ...]]):
+    #: each node runs the tasks of its own entry, and every task's environment names them all.
     layout: tuple[dict[str, Any], ...]
-    #: The tasks' files (%t: the task, %n: its node, filled in on the node).
+    #: The tasks' output files, appended to (%t: the task, %n: its node, on the node).
     stdout: str
     stderr: str
-    #: srun -K: a failing task ends the others.
+    #: srun -K: a failing task ends the node's others.
     kill_on_bad_exit: bool = False
+    #: MASTER_ADDR of the tasks ("": the first node of the layout).
     master_addr: str = ""
     cpus_per_task: int | None = None
-    #: Seconds from a stop's signal to SIGKILL.
+    #: Seconds from a stop's TERM to KILL.
     grace_s: float = 10.0
-    #: srun -l: each line with its task's id.
+    #: srun -l: each line of a task's output begins with its id.
     label: bool = False
 
 
-declare(Step, argv=stepwire.argv_rule, env=stepwire.env_rule, layout=stepwire.layout_rule)
+declare(Step, argv=stepwire.command, env=stepwire.environment, layout=stepwire.layout)
 
 
 @dataclass(frozen=True, slots=True)
 class StepKill(Message):
-    """End this node's tasks of a step: `signal` TERM (then KILL after the step's grace) or
-    KILL."""
+    """Stop this node's tasks of step `step` of run `restart` of a job."""
 
-    TYPE: ClassVar[str] = stepwire.STEP_KILL
+    TYPE: ClassVar[str] = STEP_KILL
     job_id: int
     restart: int
     step: int
+    #: TERM (then KILL after the step's grace_s) or KILL (at once).
     signal: str = "TERM"
 
 
@@ -298,7 +309,7 @@ HeadMessage = Union[Launch, Kill, Ack, Reregister, Step, StepKill]
 TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in (
     Register, Heartbeat, Report, Launch, Kill, Ack, Reregister, Step, StepKill)}
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
-HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER, stepwire.STEP, stepwire.STEP_KILL})
+HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER, STEP, STEP_KILL})
 
 
 def read(msg: dict[str, Any]) -> Message:

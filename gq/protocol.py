@@ -70,7 +70,8 @@ SPEC_SCHEMA: Schema = {f.name: (f.types, f.required) for f in spec_fields.FIELDS
 _CALLER: Schema = {"rid": (INT, False), "claim_uid": (INT, False), "claim_user": (STR, False),
                    AS_UID: (INT, False), AS_TOKEN: (STR, False)}
 
-_CLIENT_SCHEMAS: dict[str, Schema] = {**stepwire.CLIENT_SCHEMAS,
+_CLIENT_SCHEMAS: dict[str, Schema] = {
+    **stepwire.CLIENT_SCHEMAS,  # srun's: a job step's launch, status and cancel
     PING: {},
     SUBMIT: {"jobs": (LIST, True)},
     # signal (scancel --signal): send it to the running jobs (only their script with
@@ -251,7 +252,8 @@ def from_node(frame: bytes | memoryview) -> messages.NodeMessage:
 
 
 def from_head(frame: bytes | memoryview) -> messages.HeadMessage:
-    """What gqd sends a node: Launch, Kill, Ack or Reregister (else ProtocolError)."""
+    """What gqd sends a node: Launch, Kill, Ack, Reregister, Step or StepKill (else
+    ProtocolError)."""
     from gq import messages
     return cast(messages.HeadMessage, decode_message(frame, messages.HEAD_TO_NODE))
 
@@ -292,7 +294,8 @@ _RULES: dict[str, Rules] = {
     DRAIN: {"nodes": STRINGS},
     RESUME: {"nodes": STRINGS},
     EVENTS: {"kinds": STRINGS},
-    TOKEN_REVOKE: {"ids": each_item(INT, like="id")}, **stepwire.CLIENT_RULES,
+    TOKEN_REVOKE: {"ids": each_item(INT, like="id")},
+    **stepwire.CLIENT_RULES,
 }
 #: Each type's fields, with the envelope's.
 _KNOWN = {kind: frozenset({"v", "type", *schema}) for kind, schema in _SCHEMAS.items()}

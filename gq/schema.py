@@ -94,7 +94,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "job": (1, I64), "array": (1, I64), "expires_s": (1, 3650 * 86400),
     # a launch's array task (gq.messages.ArrayTask)
     "array_job_id": (1, I64), "array_index": (0, MAX_ARRAY_INDEX),
-    # job steps (gq/stepwire.py, gq.messages.Step)
+    # job steps (gq/stepwire.py, gq.messages.Step): a step's number, a node's SLURM_NODEID
     "step": (0, 1_000_000), "node_id": (0, 65_535),
 }
 #: Most items of a list field, where fewer than MAX_LIST make sense.

@@ -1,7 +1,9 @@
-"""The job-step messages: srun's requests to gqd (client requests, schemas that gq.protocol
-takes in), the names of gqd's orders to the nodes (typed: gq.messages.Step, StepKill) and of
-the nodes' report events, and what their container fields may hold. Kept here so that steps
-change in one place. A leaf: it imports nothing of gq's but its errors.
+"""The job-step messages: srun's requests to gqd (client requests, maps checked against the
+schemas here, as every client request is), the names of gqd's orders to the nodes and of the
+nodes' step reports (typed messages, declared in gq/messages.py: Step, StepKill, a Report's
+STEP_STARTED and STEP_ENDED), and the rules for what their argv, env and layout hold, which both
+sides use. gq.protocol and gq.messages take them in; kept here so that steps change in one
+place. A leaf: it imports nothing of gq's but its errors.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ STEP_KILL = "step_kill"
 #: A node's REPORT events: it started its tasks of step `step`; they have all ended.
 STEP_STARTED = "step_started"
 STEP_ENDED = "step_ended"
+
+CLIENT_REQUESTS = frozenset({STEP_LAUNCH, STEP_STATUS, STEP_CANCEL})
 
 _INT, _OPT_INT, _STR, _OPT_STR = (int,), (int, type(None)), (str,), (str, type(None))
 _BOOL, _LIST, _DICT = (bool,), (list,), (dict,)
@@ -47,14 +51,14 @@ CLIENT_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 
 
-def argv_rule(key: str, value: Any, what: str) -> None:
-    """A command: strings without NUL, at least one."""
+def command(key: str, value: list[Any], what: str) -> None:
+    """A command to exec: at least its program; strings without NUL."""
     if not value or not all(type(a) is str and len(a) <= MAX_ARG and "\0" not in a
                             for a in value):
         raise ProtocolError(f"{what}: {key!r} must be a command: strings, without NUL")
 
 
-def env_rule(key: str, value: dict[Any, Any], what: str) -> None:
+def environment(key: str, value: dict[Any, Any], what: str) -> None:
     """An environment, as execve takes one: names without '=' or NUL, values without NUL."""
     for name, val in value.items():
         if type(name) is not str or not 0 < len(name) <= 1024 or "=" in name or "\0" in name \
@@ -63,12 +67,13 @@ def env_rule(key: str, value: dict[Any, Any], what: str) -> None:
                                 "no NUL, no '=' in a name)")
 
 
-def layout_rule(key: str, value: Any, what: str) -> None:
+def layout(key: str, value: list[Any], what: str) -> None:
     """Each node's entry: its name, SLURM_NODEID and tasks [procid, localid, [gpu, ...]]."""
     for i, part in enumerate(value):
         ok = type(part) is dict and type(part.get("node")) is str and \
             type(part.get("node_id")) is int and 0 <= part["node_id"] <= 65_535 and \
-            type(part.get("tasks")) is list and len(part["tasks"]) <= MAX_NODE_TASKS
+            type(part.get("tasks")) is list and \
+            len(part["tasks"]) <= MAX_NODE_TASKS
         for task in part.get("tasks", []) if ok else []:
             ok = ok and type(task) is list and len(task) == 3 and type(task[0]) is int and \
                 type(task[1]) is int and 0 <= task[0] < 2**31 and 0 <= task[1] < 2**31 and \
@@ -78,7 +83,7 @@ def layout_rule(key: str, value: Any, what: str) -> None:
             raise ProtocolError(f"{what}: {key}[{i}] is not a node's part of a step layout")
 
 
-def names_rule(key: str, value: Any, what: str) -> None:
+def node_names(key: str, value: Any, what: str) -> None:
     """Node names."""
     if len(value) > 65_536 or not all(type(n) is str and 0 < len(n) <= 255 and "\0" not in n
                                       for n in value):
@@ -86,4 +91,4 @@ def names_rule(key: str, value: Any, what: str) -> None:
 
 
 CLIENT_RULES: dict[str, dict[str, Any]] = {
-    STEP_LAUNCH: {"argv": argv_rule, "env": env_rule, "nodelist": names_rule}}
+    STEP_LAUNCH: {"argv": command, "env": environment, "nodelist": node_names}}

@@ -90,6 +90,7 @@ srun -n 2 -o per-%j-%s-%t-%n.out sh -c 'echo "own $SLURM_PROCID"'
 srun -n 2 sh -c 'echo "cgroup $SLURM_PROCID $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"'
 echo "batch cgroup $(grep -o "job_[0-9.]*/step_[0-9a-z]*" /proc/self/cgroup | head -n 1)"
 echo "ip=$(srun --nodes=1 --ntasks=1 -w {names[1]} sh -c 'echo $SLURMD_NODENAME.$SLURM_NODEID')"
+srun -o "/tmp/$(printf '%%N%.0s' $(seq 1500))" true; echo "long=$?"
 """)
     job = _submit(cluster, script)
     done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
@@ -127,6 +128,10 @@ echo "ip=$(srun --nodes=1 --ntasks=1 -w {names[1]} sh -c 'echo $SLURMD_NODENAME.
     # srun -o: the step's own files, %s the step, %t the task and %n its node.
     for task in (0, 1):
         assert (cluster.work / f"per-{job}-3-{task}-{task}.out").read_text() == f"own {task}\n"
+    # An output pattern gqd expands past what a node takes (%N: the first node's name): srun
+    # is refused at once, not left waiting for a step no node would start.
+    assert "srun: error:" in text and "the job's nodes would refuse this step" in text, text
+    assert re.search(r"^long=[1-9][0-9]*$", text, re.M), text
     # gq submit --each-node: the command once on each node, as a step.
     out = cluster.gq("submit", "--parsable", "-N", "2", "-g", "0", "--each-node", "-o",
                      f"{cluster.work}/each-%j.out", "--wrap",

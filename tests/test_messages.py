@@ -156,6 +156,6 @@ def test_gqd_gqnode_and_the_shepherd_exchange_only_typed_messages():
                     path.name in ("client.py", "link.py"), where
     # Nor do they read a message's fields as a map's.
     for name in ("node/daemon.py", "node/shepherd.py", "node/slurmenv.py", "head/orders.py",
-                 "head/jobs.py"):
+                 "head/jobs.py", "node/steps.py", "node/stepshepherd.py"):
         text = (root / name).read_text()
         assert not re.search(r"\b(msg|launch)(\[\"|\.get\(\")", text), name

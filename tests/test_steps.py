@@ -138,3 +138,73 @@ def test_step_messages_refuse_what_no_process_could_take(kind: str, field: str,
     with pytest.raises(ProtocolError):
         protocol.decode(frame)
     assert protocol.decode(msgpack.packb(message(kind), use_bin_type=True))["type"] == kind
+    with pytest.raises(ProtocolError):
+        if kind == stepwire.STEP:  # gqnode's own reading: the typed Step
+            protocol.from_head(frame)
+        else:
+            raise ProtocolError("a client request: decoded as a map only")
+
+
+def test_a_step_order_reaches_the_step_shepherd_as_gqd_made_it(tmp_path) -> None:
+    """gqd's Step, through the wire (gqnode's from_head) and the step's order file, is the
+    same Step; its layout is the one laid out. A step report keeps its step through the
+    outbox's wire form; a run's own report carries none."""
+    from gq import messages
+    from gq.head.orders import Order
+    from gq.node import stepshepherd
+    parts = steps.layout(NODES, GPUS, ntasks=4, nodes=None, ntasks_per_node=2, gpus_per_task=1)
+    order = messages.Step(
+        job_id=7, restart=1, step=3, argv=("python", "train.py"), env={"A": "1"}, cwd="/tmp",
+        layout=tuple(steps.to_wire(parts)), stdout="/tmp/o", stderr="/tmp/e",
+        kill_on_bad_exit=True, master_addr="n1", grace_s=2.0, label=True)
+    got = protocol.from_head(Order("n2", order).encode())
+    assert got == order and steps.from_wire(list(got.layout)) == parts
+    stepshepherd.write_order(tmp_path, got, "n2")
+    assert stepshepherd.read_order(tmp_path) == (order, "n2")
+    kill = protocol.from_head(Order("n2", messages.StepKill(7, 1, 3, "KILL")).encode())
+    assert kill == messages.StepKill(7, 1, 3, "KILL")
+    ended = messages.Report(node="n2", seq=0, job_id=7, restart=1, event=messages.STEP_ENDED,
+                            time=1.0, exit_code=3, step=3)
+    assert messages.Report.from_wire({**ended.wire(), "seq": 5}).step == 3
+    assert protocol.from_node(protocol.encode_message(ended)) == ended
+    run = messages.Report(node="n2", seq=0, job_id=7, restart=1, event=messages.FINISHED,
+                          time=1.0)
+    assert "step" not in run.wire()
+
+
+def test_a_task_that_cannot_start_takes_the_started_ones_with_it(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second task's output file cannot be made (srun -o with %t): the node's part of the
+    step fails to start, and the first task, running already, is killed with it rather than
+    left running with no shepherd watching it."""
+    import os
+    import subprocess
+
+    from gq import messages
+    from gq.node import stepshepherd
+    from gq.node.runfiles import RunOrder
+    (tmp_path / "1").write_text("")  # task 1's output directory: a file
+    parts = steps.layout(["n1"], {"n1": []}, ntasks=2, nodes=None, ntasks_per_node=None,
+                         gpus_per_task=None)
+    order = messages.Step(
+        job_id=1, restart=0, step=0, argv=("sleep", "60"), env={"PATH": os.environ["PATH"]},
+        cwd=str(tmp_path), layout=tuple(steps.to_wire(parts)), stdout=f"{tmp_path}/%t/out",
+        stderr=f"{tmp_path}/%t/out")
+    spec = {"uid": os.geteuid(), "gid": os.getegid(), "cwd": str(tmp_path), "script": ""}
+    launch = messages.Launch(1, 0, spec, (), 0, ("n1",), 0, "/dev/null", "/dev/null",
+                             messages.ArrayTask())
+    started: list[subprocess.Popen[bytes]] = []
+
+    class Recorded(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[call-overload]
+            started.append(self)
+
+    monkeypatch.setattr(stepshepherd.subprocess, "Popen", Recorded)
+    with pytest.raises(OSError):
+        stepshepherd._start(order, "n1", RunOrder(launch, {}))
+    alive = [p for p in started if p.poll() is None]
+    for proc in alive:
+        proc.kill()
+        proc.wait()
+    assert len(started) == 1 and not alive, started

@@ -16,14 +16,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gq import stepwire
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, UsageError
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order
 from gq.messages import (
-    FINISHED, MAX_NOTE, STARTED, Ack, Heartbeat, Kill, NodeMessage, Register, Report, Reregister)
+    FINISHED, MAX_NOTE, STARTED, STEP_ENDED, STEP_STARTED, Ack, Heartbeat, Kill, NodeMessage,
+    Register, Report, Reregister)
 from gq.model import JobState, Node, NodeState
 from gq.store import Store
 
@@ -184,7 +184,7 @@ class NodeRegistry:
         if msg.event == STARTED:
             self.table.rank_started(job, node.name)
             return []
-        if msg.event in (stepwire.STEP_STARTED, stepwire.STEP_ENDED):
+        if msg.event in (STEP_STARTED, STEP_ENDED):
             return self.step_report(node.name, msg, now)
         if msg.event != FINISHED:
             return []

@@ -15,7 +15,7 @@ from gq.model import Job
 
 @dataclass(frozen=True, slots=True)
 class Order:
-    """A message (gq.messages: Launch, Kill, Ack, Reregister) for node `node`."""
+    """A message (gq.messages: Launch, Kill, Ack, Reregister, Step, StepKill) for node `node`."""
 
     node: str
     msg: HeadMessage

@@ -18,15 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq import stepstore, stepwire
+from gq import messages, protocol, stepstore
 from gq import steps as layout_mod
-from gq.errors import NotFoundError, PermissionDenied, RefusedError
+from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError
 from gq.head import reasons
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order
-from gq.messages import Report, StepKill
-from gq.messages import Step as StepMessage
+from gq.messages import STEP_STARTED, Report, StepKill
 from gq.model import Job, JobState, expand_pattern, iso_time
 from gq.store import Store
 
@@ -62,9 +61,9 @@ class Step:
     state: str = JobState.RUNNING.value
     exit_code: int | None = None
     end_time: float | None = None
-    #: The order's fields, for resends, and when it was last sent (steady clock); the nodes
-    #: that confirmed it. Memory only: a step gqd took up after a restart is not resent.
-    order: StepMessage | None = None
+    #: The order, for resends, and when it was last sent (steady clock); the nodes that
+    #: confirmed it. Memory only: a step gqd took up after a restart is not resent.
+    order: messages.Step | None = None
     sent_at: float = 0.0
     confirmed: set[str] = field(default_factory=set)
 
@@ -88,11 +87,6 @@ class Step:
                    bool(detail.get("kill_on_bad_exit")), left=set(nodes) - set(codes),
                    codes=codes, first_bad=detail.get("first_bad"),
                    cancelled=bool(detail.get("cancelled")))
-
-
-def _kills(step: Step, nodes: set[str]) -> list[Order]:
-    """End the step's tasks on `nodes`."""
-    return [Order(n, StepKill(step.job_id, step.restart, step.step)) for n in sorted(nodes)]
 
 
 def step_record(row: dict[str, Any]) -> dict[str, Any]:
@@ -127,22 +121,28 @@ class Steps:
         step_id = max([stepstore.next_step(self.store.conn, job.id),
                        *(s.step + 1 for s in self.live.values() if s.job_id == job.id)])
         name = msg.get("name") or os.path.basename(msg["argv"][0])[:256]
-        step = Step(job.id, step_id, job.restart_count, name, [p.node for p in parts],
-                    sum(len(p.tasks) for p in parts), now,
-                    bool(msg.get("kill_on_bad_exit")), left={p.node for p in parts},
-                    sent_at=self.table.steady(now))
-        self._put(step)
         stdout = self._path(msg.get("output"), msg["cwd"], job, step_id) \
             or job.output_path("output")
         stderr = self._path(msg.get("error"), msg["cwd"], job, step_id) \
             or (stdout if msg.get("output") else job.output_path("error"))
-        order = StepMessage(
+        order = messages.Step(
             job_id=job.id, restart=job.restart_count, step=step_id, argv=tuple(msg["argv"]),
             env=dict(msg["env"]), cwd=msg["cwd"], layout=tuple(layout_mod.to_wire(parts)),
-            stdout=stdout, stderr=stderr, kill_on_bad_exit=step.kill_on_bad_exit,
+            stdout=stdout, stderr=stderr, kill_on_bad_exit=bool(msg.get("kill_on_bad_exit")),
             master_addr=self.table.addr_of(nodelist[0]) or nodelist[0],
             cpus_per_task=msg.get("cpus_per_task"),
             grace_s=float(self.table.cfg.head.kill_grace_s), label=bool(msg.get("label")))
+        try:
+            # What each node will check (its file paths, made here from srun's -o/-e and its
+            # cwd, may come out too long): a refused order would be resent, and srun wait, for
+            # as long as the job runs.
+            protocol.decode_message(protocol.encode_message(order), frozenset({order.TYPE}))
+        except ProtocolError as exc:
+            raise RefusedError(f"the job's nodes would refuse this step ({exc})") from None
+        step = Step(job.id, step_id, job.restart_count, name, [p.node for p in parts],
+                    sum(len(p.tasks) for p in parts), now, order.kill_on_bad_exit,
+                    left={p.node for p in parts}, sent_at=self.table.steady(now))
+        self._put(step)
         step.order = order
         self.send([Order(p.node, order) for p in parts])
         log.info("job %d step %d: %d task(s) on %s", job.id, step_id, step.ntasks,
@@ -167,7 +167,7 @@ class Steps:
         step = self.live.get((job.id, msg["step"]))
         if step is None:
             return {"done": False}
-        self.send(_kills(step, step.left))
+        self.send(_kills(step))
         return {"done": True}
 
     # ------------------------------------------------------------ what nodes report
@@ -180,16 +180,16 @@ class Steps:
             return []  # a step already ended (its job stopped), or a resent report
         self._keep(step)
         step.confirmed.add(node)
-        if msg.event == stepwire.STEP_STARTED:
+        if msg.event == STEP_STARTED:
             return []
         step.left.discard(node)
-        step.codes[node] = 137 if msg.exit_code is None else int(msg.exit_code)
+        step.codes[node] = 137 if msg.exit_code is None else msg.exit_code
         stopped = msg.state == JobState.CANCELLED.value
         step.cancelled = step.cancelled or stopped
         out: list[Order] = []
         if step.kill_on_bad_exit and step.codes[node] != 0 and step.left:
             # srun -K: the first failing task ends the step everywhere.
-            out = _kills(step, step.left)
+            out = _kills(step)
         if step.kill_on_bad_exit and step.codes[node] != 0 and step.first_bad is None \
                 and not stopped:
             step.first_bad = step.codes[node]
@@ -266,3 +266,8 @@ class Steps:
         self.live.pop((step.job_id, step.step), None)
         stepstore.put(self.store.conn, step.row())
         log.info("job %d step %d ended %s (exit %s)", step.job_id, step.step, step.state, code)
+
+
+def _kills(step: Step) -> list[Order]:
+    """A StepKill for each node whose tasks of `step` have not ended yet."""
+    return [Order(n, StepKill(step.job_id, step.restart, step.step)) for n in sorted(step.left)]

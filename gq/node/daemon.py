@@ -29,11 +29,11 @@ from gq.messages import (
     Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
 from gq.node import disk, shepherd, trash
-from gq.node.runfiles import RunOrder, write_order
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
+from gq.node.runfiles import RunOrder, write_order
 from gq.node.runfiles import alive as _alive
 from gq.node.runfiles import proc_start as _proc_start
 from gq.node.steps import NodeSteps
@@ -229,7 +229,7 @@ class NodeDaemon:
             self.register()
         elif isinstance(msg, Step):
             run = self.runs.get((msg.job_id, msg.restart))
-            self.steps.start(msg.wire(), run.dir if run else None)
+            self.steps.start(msg, run.dir if run else None)
         elif isinstance(msg, StepKill):
             self.steps.kill(msg.job_id, msg.restart, msg.step, msg.signal)
 

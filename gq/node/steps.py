@@ -1,6 +1,7 @@
-"""gqnode's job steps: a step order starts a step shepherd (gq/node/stepshepherd.py) for this
-node's tasks; its end is reported through the outbox (event STEP_ENDED, the worst exit code of
-the node's tasks); step kills, and the end of the job's run here, stop it.
+"""gqnode's job steps: a step order (gq.messages.Step) starts a step shepherd
+(gq/node/stepshepherd.py) for this node's tasks; its start and end are Reports through the
+outbox (events STEP_STARTED, STEP_ENDED: the worst exit code of the node's tasks); step kills
+(StepKill), and the end of the job's run here, stop it.
 
 Each step has a directory `steps/J.R.S/` (gqnode's, 0700): its order, its shepherd's pid,
 then its status; it goes once gqd has the step's end, so that an order gqd sent again (it had
@@ -21,10 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
-from gq import stepwire
 from gq.fsutil import private_dir
+from gq.messages import MAX_NOTE, STEP_ENDED, STEP_STARTED, Report, Step
 from gq.node import shepherd, stepdirs, stepshepherd
 from gq.node.outbox import Outbox
 from gq.node.runfiles import alive as _alive
@@ -52,22 +51,20 @@ class NodeSteps:
         private_dir(self.dir, 0o700)
         self.runs: dict[int, StepRun] = {}  # by the step shepherd's pid
 
-    def start(self, msg: dict[str, Any], run_dir: Path | None) -> None:
+    def start(self, msg: Step, run_dir: Path | None) -> None:
         """A step order: start this node's tasks (`run_dir`: the job's run here, None if this
         node holds no such run, which then fails the step)."""
-        key = (msg["job_id"], msg["restart"], msg["step"])
+        key = (msg.job_id, msg.restart, msg.step)
         step_dir = stepdirs.step_dir(self.dir.parent, *key)
         if any((r.job_id, r.restart, r.step) == key for r in self.runs.values()) \
                 or step_dir.exists():
             return  # a resent order
-        if run_dir is None or not any(p.get("node") == self.node for p in msg["layout"]):
+        if run_dir is None or not any(p.get("node") == self.node for p in msg.layout):
             self._report(key, 1, "this node holds no run of the job, or no task of the step")
             return
         try:
             step_dir.mkdir(mode=0o700)
-            with open(os.open(step_dir / stepshepherd.ORDER_FILE,
-                              os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-                f.write(msgpack.packb({**msg, "node": self.node}, use_bin_type=True))
+            stepshepherd.write_order(step_dir, msg, self.node)
             pid = stepshepherd.spawn(step_dir, run_dir)
         except OSError as exc:
             log.error("job %d step %d: cannot start its tasks: %s", key[0], key[2], exc)
@@ -83,8 +80,8 @@ class NodeSteps:
             log.warning("job %d step %d: cannot record its shepherd's pid: %s", key[0], key[2],
                         exc)
         self.runs[pid] = StepRun(*key, step_dir, pid, started)
-        self.outbox.put({"node": self.node, "job_id": key[0], "restart": key[1],
-                         "event": stepwire.STEP_STARTED, "step": key[2], "time": time.time()})
+        self.outbox.put(Report(node=self.node, seq=0, job_id=key[0], restart=key[1],
+                               event=STEP_STARTED, step=key[2], time=time.time()).wire())
         log.info("job %d step %d: tasks started (shepherd %d)", key[0], key[2], pid)
 
     def kill(self, job_id: int, restart: int | None = None, step: int | None = None,
@@ -123,7 +120,7 @@ class NodeSteps:
 
     def acked(self, entry: dict[str, Any]) -> None:
         """gqd has report `entry`: a step's end, whose directory may go now."""
-        if entry.get("event") == stepwire.STEP_ENDED:
+        if entry.get("event") == STEP_ENDED:
             shutil.rmtree(stepdirs.step_dir(self.dir.parent, entry["job_id"], entry["restart"],
                                             entry["step"]),
                           ignore_errors=True)
@@ -132,7 +129,7 @@ class NodeSteps:
         """At start-up: take up the steps a former gqnode started; those whose shepherd is gone
         are reported ended (unless their end waits in the outbox)."""
         reported = {(e["job_id"], e["restart"], e.get("step")) for e in self.outbox.entries()
-                    if e.get("event") == stepwire.STEP_ENDED}
+                    if e.get("event") == STEP_ENDED}
         with contextlib.suppress(OSError):
             for entry in sorted(self.dir.iterdir()):
                 try:
@@ -157,7 +154,7 @@ class NodeSteps:
         """The step's end here: CANCELLED when gqnode stopped its tasks."""
         job_id, restart, step = key
         state = "CANCELLED" if stopped else "COMPLETED" if code == 0 else "FAILED"
-        self.outbox.put({"node": self.node, "job_id": job_id, "restart": restart,
-                         "event": stepwire.STEP_ENDED, "step": step, "exit_code": code,
-                         "state": state, "time": time.time(), "note": note[:1000]})
+        self.outbox.put(Report(
+            node=self.node, seq=0, job_id=job_id, restart=restart, event=STEP_ENDED, step=step,
+            exit_code=code, state=state, time=time.time(), note=note[:MAX_NOTE]).wire())
 

@@ -24,9 +24,11 @@ import msgpack
 
 from gq import steps as layout_mod
 from gq.fsutil import write_atomic
+from gq.messages import Step
 from gq.node import labels, shepherd, slurmenv
 from gq.node.isolation import RunIsolation
-from gq.node.runfiles import RunOrder, read_order
+from gq.node.runfiles import RunOrder
+from gq.node.runfiles import read_order as read_run_order
 
 ORDER_FILE = "step.msg"
 STATUS_FILE = "status.json"
@@ -50,6 +52,20 @@ def spawn(step_dir: Path, run_dir: Path) -> int:
         os._exit(code)
 
 
+def write_order(step_dir: Path, order: Step, node: str) -> None:
+    """The step's order for its shepherd: the Step gqd sent (its wire fields) and this node's
+    name, which picks its part of the layout; gqnode's user's only (srun's environment)."""
+    with open(os.open(step_dir / ORDER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+              "wb") as f:
+        f.write(msgpack.packb({**order.wire(), "node": node}, use_bin_type=True))
+
+
+def read_order(step_dir: Path) -> tuple[Step, str]:
+    """The order gqnode wrote (write_order): the Step and this node's name."""
+    data = msgpack.unpackb((step_dir / ORDER_FILE).read_bytes(), raw=False)
+    return Step.from_wire(data), str(data["node"])
+
+
 def read_status(step_dir: Path) -> dict[str, Any] | None:
     try:
         status = json.loads((step_dir / STATUS_FILE).read_text())
@@ -60,9 +76,9 @@ def read_status(step_dir: Path) -> dict[str, Any] | None:
 
 def run(step_dir: Path, run_dir: Path) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
-    order = msgpack.unpackb((step_dir / ORDER_FILE).read_bytes(), raw=False)
     try:
-        procs, copiers = _start(order, read_order(run_dir))
+        order, node = read_order(step_dir)
+        procs, copiers = _start(order, node, read_run_order(run_dir))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"gq step shepherd: cannot start the step's tasks: {exc}", file=sys.stderr)
         _write(step_dir, [127 if isinstance(exc, FileNotFoundError) else 126], str(exc))
@@ -84,50 +100,57 @@ def _write(step_dir: Path, codes: list[int], note: str, first_bad: int | None = 
     write_atomic(step_dir / STATUS_FILE, json.dumps(status).encode(), mode=0o600, durable=False)
 
 
-def _start(order: dict[str, Any], run: RunOrder
+def _start(order: Step, node: str, run: RunOrder
            ) -> tuple[list[subprocess.Popen[bytes]], list[int]]:
-    """The node's tasks, started (`run`: the order of the job's run here, whose user,
-    confinement and environment they take); and the pids of their output's label copiers
-    (srun -l)."""
+    """The node's tasks, started; and the pids of their output's label copiers (srun -l)."""
     uid, gid, switch = shepherd.owner(run.launch.spec)
-    parts = layout_mod.from_wire(order["layout"])
-    mine = next(p for p in parts if p.node == order["node"])
+    parts = layout_mod.from_wire(list(order.layout))
+    mine = next(p for p in parts if p.node == node)
     jail = RunIsolation(run.isolation)
     if jail.tracks:  # the step's own cgroup, a sibling of the batch script's
-        jail.cgroup = jail.cgroup.for_step(f"step_{order['step']}")
+        jail.cgroup = jail.cgroup.for_step(f"step_{order.step}")
         jail.cgroup.create_step()
     batch = shepherd.job_env(run)
-    env = {**order["env"], **{k: batch[k] for k in NODE_KEYS if k in batch}}
+    env = {**order.env, **{k: batch[k] for k in NODE_KEYS if k in batch}}
     procs: list[subprocess.Popen[bytes]] = []
     copiers: list[int] = []
     ntasks = sum(len(p.tasks) for p in parts)
-    for task in mine.tasks:
-        task_env = {**env, **layout_mod.task_env(
-            parts, mine, task, job_id=order["job_id"], step_id=order["step"],
-            master_addr=order.get("master_addr") or parts[0].node,
-            cpus_per_task=order.get("cpus_per_task")),
-            **(layout_mod.labelled_env() if order.get("label") else {})}
-        with shepherd._as_user(uid, gid, switch):
-            out = _open(order["stdout"], task.procid, mine.node_id)
-            err = out if order["stderr"] == order["stdout"] else \
-                _open(order["stderr"], task.procid, mine.node_id)
-        if order.get("label"):  # the task writes to pipes, copied with its id before lines
-            out, err = _labelled(out, err, labels.prefix(task.procid, ntasks), copiers)
-        # Started directly, never through the backend's `command` (systemd-run would make the
-        # job's scope anew): `spawning` puts the task in the step's cgroup.
-        argv, popen_switch = slurmenv.task_pid_argv(list(order["argv"])), switch
-        try:
-            with shepherd._signals_unblocked(), jail.spawning():
-                procs.append(subprocess.Popen(
-                    argv, cwd=order["cwd"], env=task_env, stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=err, start_new_session=True,
-                    user=uid if popen_switch else None, group=gid if popen_switch else None,
-                    extra_groups=shepherd._groups(uid, gid) if popen_switch else None,
-                    close_fds=True))
-        finally:
-            os.close(out)
-            if err != out:
-                os.close(err)
+    try:
+        for task in mine.tasks:
+            task_env = {**env, **layout_mod.task_env(
+                parts, mine, task, job_id=order.job_id, step_id=order.step,
+                master_addr=order.master_addr or parts[0].node,
+                cpus_per_task=order.cpus_per_task),
+                **(layout_mod.labelled_env() if order.label else {})}
+            with shepherd._as_user(uid, gid, switch):
+                out = _open(order.stdout, task.procid, mine.node_id)
+                err = out if order.stderr == order.stdout else \
+                    _open(order.stderr, task.procid, mine.node_id)
+            if order.label:  # the task writes to pipes, copied with its id before lines
+                out, err = _labelled(out, err, labels.prefix(task.procid, ntasks), copiers)
+            # Started directly, never through the backend's `command` (systemd-run would make
+            # the job's scope anew): `spawning` puts the task in the step's cgroup.
+            argv, popen_switch = slurmenv.task_pid_argv(list(order.argv)), switch
+            try:
+                with shepherd._signals_unblocked(), jail.spawning():
+                    procs.append(subprocess.Popen(
+                        argv, cwd=order.cwd, env=task_env, stdin=subprocess.DEVNULL, stdout=out,
+                        stderr=err, start_new_session=True,
+                        user=uid if popen_switch else None, group=gid if popen_switch else None,
+                        extra_groups=shepherd._groups(uid, gid) if popen_switch else None,
+                        close_fds=True))
+            finally:
+                os.close(out)
+                if err != out:
+                    os.close(err)
+    except BaseException:
+        # A task that cannot start (its output file, its command) fails the step: the ones
+        # started already must not run on with no shepherd watching them.
+        _signal(procs, {}, signal.SIGKILL)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        raise
     return procs, copiers
 
 
@@ -153,13 +176,13 @@ def _open(pattern: str, procid: int, node_id: int) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
 
-def _supervise(procs: list[subprocess.Popen[bytes]], order: dict[str, Any], step_dir: Path
+def _supervise(procs: list[subprocess.Popen[bytes]], order: Step, step_dir: Path
                ) -> tuple[list[int], int | None, bool]:
     """Wait for every task; their exit codes (128 + the signal for one killed), and under
     --kill-on-bad-exit the first failing one's (None: none failed, or no -K). gqnode's
     SIGTERM passes on its stop order (a signal, then KILL after a grace, or the signal
     alone); SIGUSR1 kills at once. Last, whether gqnode stopped them so."""
-    grace = float(order.get("grace_s", 10.0))
+    grace = float(order.grace_s)
     codes: dict[int, int] = {}
     kill_at: float | None = None
     stopping, first_bad, stopped = False, None, False
@@ -167,7 +190,7 @@ def _supervise(procs: list[subprocess.Popen[bytes]], order: dict[str, Any], step
         for i, proc in enumerate(procs):
             if i not in codes and (rc := proc.poll()) is not None:
                 codes[i] = rc if rc >= 0 else 128 - rc
-                if rc != 0 and order.get("kill_on_bad_exit") and not stopping:
+                if rc != 0 and order.kill_on_bad_exit and not stopping:
                     stopping, kill_at = True, time.monotonic() + grace
                     first_bad = codes[i]
                     _signal(procs, codes, signal.SIGTERM)
