@@ -298,7 +298,11 @@ echo "srun=$?"
     wait_for(lambda: "unreachable" in cluster.log("gqd") or "step 0" in cluster.log("gqd"),
              "gqd to send the step")
     assert cluster.gq("up").returncode == 0, cluster.log("node2")
-    done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    try:
+        done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
+    except pytest.fail.Exception as exc:  # seen once on a loaded host: say what each side did
+        pytest.fail("\n".join([str(exc), *(f"--- {name} log (end)\n{cluster.log(name)[-2500:]}"
+                                            for name in ("gqd", "node1", "node2"))]))
     text = (cluster.work / f"missed-{job}.out").read_text()
     assert done["state"] == "COMPLETED" and "srun=0\n" in text, text
     assert "task 0 on node1\n" in text and "task 1 on node2\n" in text, text
