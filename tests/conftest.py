@@ -135,6 +135,10 @@ class LiveCluster:
         path = self.layout.log(name)
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def log_tails(self, *names: str, size: int = 2500) -> str:
+        """The ends of these daemons' logs, for a failing test to say what each side did."""
+        return "\n".join(f"--- {name} log (end)\n{self.log(name)[-size:]}" for name in names)
+
 
 def _session_leftovers(root: Path) -> list[psutil.Process]:
     """Processes started for this cluster (their command line or cwd mentions its directory)."""

@@ -39,7 +39,7 @@ done
     if [j["state"] for j in done] != ["COMPLETED"] * 16:
         pytest.fail("\n".join([*(str((j["id"], j["state"], j["exit_code"], j["start_time"],
                                        j["end_time"], j["node_list"])) for j in done),
-                               f"started: {started}", cluster.log("node1")[-2000:]]))
+                               f"started: {started}", cluster.log_tails("node1")]))
     seen = [tuple((work / f"gpu.{i}").read_text().split()) for i in ids]
     assert len(set(seen)) == 16, f"GPUs shared: {sorted(seen)}"
     assert all(len(gpu.split(",")) == 1 for _, gpu in seen)

@@ -56,7 +56,7 @@ def test_throttled_array_never_runs_more_than_two_tasks(cluster: LiveCluster) ->
         # pytest.fail, not assert: pytest would cut the diagnosis short.
         pytest.fail("\n".join([*lines, *(str((j["id"], j["state"], j["exit_code"], j["reason"]))
                                          for j in _json(cluster, "history")["jobs"]),
-                               cluster.log("node1")[-2000:]]))
+                               cluster.log_tails("node1")]))
     tasks = [j for j in _json(cluster, "queue")["jobs"] if j["array_job_id"] == array]
     assert sorted((j["array_task_id"], j["state"]) for j in tasks) == [
         (0, "RUNNING"), (1, "RUNNING"), *((i, "PENDING") for i in range(2, 6))]

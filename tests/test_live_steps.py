@@ -301,8 +301,7 @@ echo "srun=$?"
     try:
         done = cluster.wait_state(job, "COMPLETED", "FAILED", "CANCELLED")
     except pytest.fail.Exception as exc:  # seen once on a loaded host: say what each side did
-        pytest.fail("\n".join([str(exc), *(f"--- {name} log (end)\n{cluster.log(name)[-2500:]}"
-                                            for name in ("gqd", "node1", "node2"))]))
+        pytest.fail(f"{exc}\n{cluster.log_tails('gqd', 'node1', 'node2')}")
     text = (cluster.work / f"missed-{job}.out").read_text()
     assert done["state"] == "COMPLETED" and "srun=0\n" in text, text
     assert "task 0 on node1\n" in text and "task 1 on node2\n" in text, text

@@ -178,8 +178,7 @@ def _diagnosis(live: LiveCluster, job: int) -> str:
         shown = live.show(job)
     except GqError as exc:
         shown = {"error": str(exc)}
-    logs = "\n".join(f"--- {name} log (end)\n{live.log(name)[-3000:]}" for name in ("gqd", "node1"))
-    return f"job {job}: {shown}\n{logs}"
+    return f"job {job}: {shown}\n{live.log_tails('gqd', 'node1', size=3000)}"
 
 
 def _step_at(when: float, offset: Path, value: str) -> None:
