@@ -65,6 +65,8 @@ class _Pass:
         self.queued_qos: set[str] = set()
         self.sharing = True
         self.gpuless = True
+        #: Reserve as a pass with `explain` would, for now (_reserve_big, for _preempt).
+        self.as_explained = False
         #: Ids of the jobs taken in priority order (before backfill).
         self.considered: set[int] = set()
 
@@ -220,8 +222,9 @@ class _Pass:
     def reserving(self) -> bool:
         """Whether reservations are made although no GPU is free: to show them (explain), or
         because a GPU-less job can still start and must keep off the nodes they reserve (so
-        gq sim places it where gqd would)."""
-        return self.policy.explain or self.gpuless
+        gq sim places it where gqd would), or, while `as_explained`, as a pass that shows
+        them would."""
+        return self.policy.explain or self.gpuless or self.as_explained
 
     def _aged(self, job: PendingJob) -> bool:
         return self._is_aged(job)
@@ -408,14 +411,17 @@ def _reserve_big(run: _Pass) -> bool:
 
     With nothing free and no reservation to show, only a queued QOS that may preempt still
     reads this: _preempt serves the blocked jobs in the order they were blocked, so a pass
-    with `explain` and one without must block the same big jobs here."""
-    preempting = bool(run.policy.preemptors & run.queued_qos)
-
-    def matters() -> bool:
-        return run.profile.any_free_now() or run.reserving or preempting
-
-    if not matters():
-        return False
+    without `explain` must block the same big jobs here as one with it, and so reserves as it
+    would (which also ends the walk after `big_reserve_depth` reservations, not at the end of
+    the queue's big jobs)."""
+    if not (run.profile.any_free_now() or run.reserving):
+        if not run.policy.preemptors & run.queued_qos:
+            return False
+        run.as_explained = True
+        try:
+            return _reserve_big(run)
+        finally:
+            run.as_explained = False
     if run.state.queue is not None:
         jobs: Iterable[PendingJob] = (k[-1] for k in run.state.queue.big_by_age)
     else:
@@ -424,8 +430,9 @@ def _reserve_big(run: _Pass) -> bool:
                       key=lambda j: (-tier.get(j.qos, 0), j.submit_time, j.id))
     found = looked = 0
     for job in jobs:
-        if not matters() or len(run.result.reservations) >= MAX_RESERVATIONS:
-            break  # a reservation now could no longer change what starts in this pass
+        if not (run.profile.any_free_now() or run.reserving) \
+                or len(run.result.reservations) >= MAX_RESERVATIONS:
+            break  # no longer changes what starts, what is shown or whom _preempt serves
         if job.id in run.considered:
             found += job.id in run.result.reservations
         else:
