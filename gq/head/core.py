@@ -34,7 +34,7 @@ from gq.head.submits import Submits
 from gq.head.tokens import Tokens
 from gq.messages import NodeMessage
 from gq.model import Job, Node
-from gq.sched import PendingJob, Snapshot, plan
+from gq.sched import PendingJob, Snapshot, placement, plan
 from gq.sched.priority import priority_of
 from gq.sched.queue import QueueIndex
 from gq.store import Store
@@ -297,6 +297,10 @@ class Head:
         rule = telemetry.Rule.of(self.cfg)
         nodes = table.node_views(self.registry.nodes.values(),
                                  lambda node, held: rule.limits(node, now, held))
+        # Once a node's telemetry is stale, what it rules out no longer counts: pass again then.
+        self.wake_at = min([*(rule.stale_at(self.registry.nodes[v.name]) for v in nodes
+                              if placement.telemetry_limited(v)),
+                            *(() if self.wake_at is None else (self.wake_at,))], default=None)
         result = plan(Snapshot(nodes=nodes, pending=pending, running=table.running_views(),
                                usage=usage, queue=self.queue_index), now, self.policy)
         table.planned(result.reservations)

@@ -40,6 +40,10 @@ class Rule:
     def fresh(self, node: Node, now: float) -> bool:
         return bool(node.telemetry) and now - node.telemetry_at <= self.stale_s
 
+    def stale_at(self, node: Node) -> float:
+        """When the node's telemetry goes stale (what it rules out then no longer counts)."""
+        return node.telemetry_at + self.stale_s + 0.001
+
     def limits(self, node: Node, now: float, held: set[int] | frozenset[int]
                ) -> tuple[dict[int, int], frozenset[int]]:
         """(GPU index -> VRAM free of processes not gq's, for the free GPUs with some in use;
