@@ -83,14 +83,17 @@ def test_a_hot_gpu_is_skipped_and_stale_telemetry_shown_as_such(live: LiveCluste
     assert any(line.split()[2] == "1" and "too hot: 91C" in line
                for line in listing.splitlines()[1:]), listing
 
-    pair = live.submit("-g", "2", "--wrap", "sleep 300")
-    _reason(live, pair, "Resources (telemetry skips node1:1 too hot)")
     one = live.submit("--wrap", "sleep 300")
     assert live.wait_state(one, "RUNNING")["gpu_ids"] == {NODE: [0]}
-    live.gq("cancel", str(pair), check=True)
+    pair = live.submit("-g", "2", "--wrap", "sleep 300")
+    _reason(live, pair, "Resources (telemetry skips node1:1 too hot)")
+    live.gq("cancel", str(one), check=True)
+    live.wait_state(one, "CANCELLED")
+    job = live.show(pair)
+    assert job["state"] == "PENDING" and "node1:1 too hot" in job["reason"], job
 
     # gqnode stops sampling (stopped): its telemetry goes stale, shown so, and placement falls
-    # back to the GPUs' type and VRAM: GPU 1 is offered again.
+    # back to the GPUs' type and VRAM: the pair starts once it is stale, with nothing else new.
     pid = live.node_pid(NODE)
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
@@ -99,9 +102,8 @@ def test_a_hot_gpu_is_skipped_and_stale_telemetry_shown_as_such(live: LiveCluste
                  and n["gpus"][1]["skip"] == "telemetry stale", "gq nodes to show stale telemetry")
         assert live.nodes()[0]["state"] == "UP"
         assert "telemetry stale" in live.gq("nodes", check=True).stdout
-        later = live.submit("--wrap", "sleep 300")
-        assert live.wait_state(later, "RUNNING")["gpu_ids"] == {NODE: [1]}
+        assert live.wait_state(pair, "RUNNING")["gpu_ids"] == {NODE: [0, 1]}
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for(lambda: not live.nodes()[0]["telemetry_stale"], "fresh telemetry again")
-    live.gq("cancel", str(one), str(later), check=True)
+    live.gq("cancel", str(pair), check=True)
