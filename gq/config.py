@@ -42,6 +42,9 @@ class HeadConfig:
     relay_endpoint: str = "tcp://0.0.0.0:6820"
     #: Seconds of silence after which a node is DOWN.
     node_timeout_s: float = defaults.NODE_TIMEOUT_S
+    #: Seconds after which a node's last GPU telemetry is stale: shown so in `gq nodes`, and
+    #: placement goes by the GPUs' type and VRAM alone there (docs/SCHEDULING.md).
+    telemetry_stale_s: float = defaults.TELEMETRY_STALE_S
     #: Seconds between SIGTERM and SIGKILL when a job is cancelled.
     kill_grace_s: float = defaults.KILL_GRACE_S
     #: Jobs' GQ_CHECKPOINT_DIR is ROOT/USER/JOBID; empty means ~USER/.gq/checkpoints/JOBID.
@@ -76,6 +79,9 @@ class NodeConfig:
     #: gqnode's state directory; `{name}` is replaced by the node's name.
     state_dir: str = "/var/lib/gq/node"
     heartbeat_s: float = defaults.HEARTBEAT_INTERVAL_S
+    #: A GPU hotter than this (Celsius, by its fresh telemetry) gets no new jobs (gqd reads it
+    #: from its own configuration: one limit for the cluster).
+    max_gpu_temp_c: float = defaults.MAX_GPU_TEMP_C
     #: CPUs and memory offered to jobs; 0 means what the host has.
     cpus: int = 0
     mem: str = "0"
@@ -349,6 +355,12 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
             raise ConfigError(f"{source}: [node] {key} must be a number of seconds over 0, not "
                               f"{getattr(cfg.node, key)!r}")
     _check_node(cfg.node, source)
+    if not 0 < cfg.head.telemetry_stale_s < math.inf:
+        raise ConfigError(f"{source}: [head] telemetry_stale_s must be a number of seconds over "
+                          f"0, not {cfg.head.telemetry_stale_s!r}")
+    if not 0 < cfg.node.max_gpu_temp_c < math.inf:
+        raise ConfigError(f"{source}: [node] max_gpu_temp_c must be degrees Celsius over 0, not "
+                          f"{cfg.node.max_gpu_temp_c!r}")
     if not 0 <= cfg.head.default_retries <= defaults.MAX_RETRIES:
         raise ConfigError(f"{source}: [head] default_retries must be 0..{defaults.MAX_RETRIES}, "
                           f"not {cfg.head.default_retries}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, UsageError
+from gq.head import telemetry
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order
@@ -90,7 +91,12 @@ class NodeRegistry:
             self.table.touch()
         if isinstance(msg, Heartbeat):
             # (the schema has checked each key a GPU index and each value a map of readings)
+            rule = telemetry.Rule.of(self.cfg)
+            before = rule.limits(node, now, frozenset())
             node.telemetry = {int(k): v for k, v in msg.telemetry.items()}
+            node.telemetry_at = now
+            if telemetry.eased(before, rule.limits(node, now, frozenset())):
+                self.table.touch()  # a GPU cooled, or VRAM was freed: a pending job may fit
             out = self._check_health(node, list(msg.health), now)
             self._check_disk(node, msg.disk or "")
             return out
@@ -235,11 +241,18 @@ class NodeRegistry:
             if job.holds_alloc:
                 for node, gpus in job.alloc.items():
                     holders.update({(node, g): job.id for g in gpus})
+        held: dict[str, set[int]] = {}
+        for name, g in holders:
+            held.setdefault(name, set()).add(g)
         out = []
+        rule = telemetry.Rule.of(self.cfg)
         for each in sorted(self.nodes.values(), key=lambda n: n.name):
             data = each.to_json()
+            notes = rule.notes(each, now, frozenset(held.get(each.name, ())))
+            data["telemetry_stale"] = bool(each.telemetry) and not rule.fresh(each, now)
             for gpu in data["gpus"]:
                 gpu["job"] = holders.get((each.name, gpu["index"]))
+                gpu["skip"] = notes.get(gpu["index"])
             out.append(data)
         return {"nodes": out}
 
