@@ -412,7 +412,9 @@ class NodeDaemon:
 
     def close(self) -> None:
         trash.flush()
-        self.isolation.close()
+        # A shepherd forked just before the stop may not have made its run's cgroup yet: the
+        # node's directories it goes into stay while any run is live (they would be empty).
+        self.isolation.close(runs_live=bool(self.runs))
         if self.relay:
             self.relay.close()
         self.sock.close()
