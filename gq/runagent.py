@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         child = Child(args or [os.environ.get("SHELL", "/bin/sh")], use_pty)
     except StreamError as exc:
         stream.send(runstream.STDERR, f"gq run: {exc}\n".encode())
-        stream.send(runstream.EXIT, b"127")
+        stream.finish(runstream.EXIT, b"127")
         return 127
     try:
         code = _relay(stream, child)
@@ -208,11 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gq run: the caller is gone ({exc}): ending the job", file=sys.stderr)
         child.hang_up()
         return 128 + signal.SIGHUP
-    try:
-        stream.send(runstream.EXIT, str(code).encode())
-    except OSError:
-        pass
-    stream.close()
+    stream.finish(runstream.EXIT, str(code).encode())
     return code
 
 

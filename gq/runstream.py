@@ -151,6 +151,22 @@ class Stream:
                 frames.append((head[:1], payload))
         return frames
 
+    def finish(self, kind: bytes, payload: bytes) -> None:
+        """Send a last frame and close once the peer has (reading what it still sends), so
+        that unread data does not make the kernel reset the connection before the peer has
+        read that frame."""
+        try:
+            self.send(kind, payload)
+            self.sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + HANDSHAKE_S
+            while time.monotonic() < deadline:
+                if select.select([self.sock], [], [], deadline - time.monotonic())[0] \
+                        and not self.sock.recv(1 << 16):
+                    break
+        except OSError:
+            pass
+        self.close()
+
     def close(self) -> None:
         try:
             self.sock.close()

@@ -278,9 +278,7 @@ class Session:
                       file=sys.stderr)
                 lost = True
         code = child.returncode if child.returncode >= 0 else 128 - child.returncode
-        with contextlib.suppress(OSError):
-            stream.send(runstream.EXIT, str(code).encode())
-        stream.close()
+        stream.finish(runstream.EXIT, str(code).encode())
         print(f"gq: relinquishing job allocation {self.job_id}", file=sys.stderr)
         return code
 
