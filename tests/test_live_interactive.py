@@ -201,7 +201,7 @@ def test_the_stream_refuses_a_peer_without_the_jobs_secret() -> None:
 def test_run_refuses_options_it_cannot_read_and_needs_a_command() -> None:
     gq = [sys.executable, "-m", "gq.cli.main"]
     no_cmd = subprocess.run([*gq, "run"], capture_output=True, text=True, timeout=30)
-    assert no_cmd.returncode != 0 and "give a command" in no_cmd.stderr
+    assert no_cmd.returncode != 0 and "needs a command" in no_cmd.stderr
     bad = subprocess.run([*gq, "run", "--no-such-option", "true"], capture_output=True,
                          text=True, timeout=30)
     assert bad.returncode != 0 and "cannot read these options" in bad.stderr

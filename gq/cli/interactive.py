@@ -49,18 +49,21 @@ USAGE = {
 }
 
 
-def main(command: str, argv: list[str]) -> int:
+def main(command: str, argv: list[str], prog: str = "") -> int:
+    """`gq run` or `gq alloc` (command) with these words; `prog`: as Slurm's srun or salloc
+    (Slurm's defaults: no GPU unless asked for; its messages)."""
+    name = prog or f"gq {command}"
     if argv[:1] in (["--help"], ["-h"]):
         print(USAGE[command])
         return 0
     parsed = fast.parse(RUN_OPTIONS, argv, interspersed=False)
     if parsed is None:
-        raise UsageError(f"gq {command}: cannot read these options (gq submit's, given before "
+        raise UsageError(f"cannot read these options of {name} (gq submit's, given before "
                          f"the command: see gq {command} --help)")
     params, given, cmd = parsed
     if command == "run" and not cmd:
-        raise UsageError("gq run: give a command to run")
-    return Session(command, params, given, cmd).run()
+        raise UsageError(f"{name} needs a command to run")
+    return Session(command, params, given, cmd, prog).run()
 
 
 def advertised_address() -> str:
@@ -85,8 +88,12 @@ def advertised_address() -> str:
 
 
 class Session:
-    def __init__(self, command: str, params: dict[str, Any], given: set[str], cmd: list[str]):
+    def __init__(self, command: str, params: dict[str, Any], given: set[str], cmd: list[str],
+                 prog: str = ""):
         self.command, self.params, self.given, self.cmd = command, params, given, cmd
+        self.prog = prog
+        #: Messages start so: `gq: `, or Slurm's `srun: `, `salloc: `.
+        self.say = f"{prog or 'gq'}: "
         self.job_id: int | None = None
         self.stop: list[int] = []
 
@@ -101,9 +108,10 @@ class Session:
         env = dict(fields.get("env") or os.environ)
         env.update({runstream.ENDPOINT_ENV: endpoint, runstream.SECRET_ENV: secret})
         fields["env"] = env
-        name = os.path.basename(self.cmd[0]) if self.cmd else "alloc"
+        name = os.path.basename(self.cmd[0]) if self.cmd and self.command == "run" \
+            else "interactive"
         fields["name"] = fields.get("name") or name
-        return submission.build_spec(text, name, mode + self.cmd, fields)
+        return submission.build_spec(text, name, mode + self.cmd, fields, slurm=bool(self.prog))
 
     def run(self) -> int:
         from gq.client import Client
@@ -119,7 +127,7 @@ class Session:
                 reply = client.submit_reply([self._spec(endpoint, secret)])
                 self.job_id = int(reply["ids"][0])
                 for warning in reply.get("warnings") or ():
-                    print(f"gq: warning: {warning}", file=sys.stderr)
+                    print(f"{self.say}warning: {warning}", file=sys.stderr)
                 try:
                     stream = self._wait_for_agent(client, listener, secret)
                     if stream is None:
@@ -144,7 +152,7 @@ class Session:
                 try:
                     return Stream.accept(sock, secret)
                 except (OSError, StreamError) as exc:
-                    print(f"gq: refused a connection: {exc}", file=sys.stderr)
+                    print(f"{self.say}refused a connection: {exc}", file=sys.stderr)
                     sock.close()
                     continue
             job = client.show(self.job_id)
@@ -152,7 +160,7 @@ class Session:
                 raise GqError(f"job {self.job_id} ended {job['state']} before it started "
                               f"the command ({job.get('reason') or 'no reason given'})")
             if not said and job["state"] == "PENDING":
-                print(f"gq: job {self.job_id} queued and waiting for resources",
+                print(f"{self.say}job {self.job_id} queued and waiting for resources",
                       file=sys.stderr)
                 said = True
         client.cancel([self.job_id])
@@ -204,7 +212,7 @@ class Session:
         try:
             while True:
                 if self.stop:
-                    raise GqError(f"gq run: stopped by signal {self.stop[0]}: cancelling job "
+                    raise GqError(f"stopped by signal {self.stop[0]}: cancelling job "
                                   f"{self.job_id}")
                 while interrupts:
                     stream.send(runstream.SIGNAL, bytes([interrupts.pop()]))
@@ -229,7 +237,7 @@ class Session:
                             return int(payload.decode() or 0)
                 stream.heartbeat()
         except StreamError as exc:
-            raise GqError(f"gq run: lost the job's stream ({exc})") from None
+            raise GqError(f"lost the job's stream ({exc})") from None
         finally:
             signal.signal(signal.SIGWINCH, signal.SIG_DFL)
             if saved is not None:
@@ -247,18 +255,18 @@ class Session:
                     if kind == runstream.ENV:
                         env = json.loads(payload.decode())
             else:
-                raise GqError("gq alloc: the job sent no environment")
+                raise GqError("the job sent no environment")
         from gq.slurm import shims
         merged = {**os.environ, **env}
         merged["PATH"] = f"{shims.ensure(shims.user_dir())}:{merged.get('PATH', '')}"
-        print(f"gq: granted job allocation {self.job_id} ({env.get('SLURM_JOB_NODELIST', '')})",
-              file=sys.stderr)
+        print(f"{self.say}Granted job allocation {self.job_id} "
+              f"({env.get('SLURM_JOB_NODELIST', '')})", file=sys.stderr)
         cmd = self.cmd or [os.environ.get("SHELL", "/bin/sh")]
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's
         try:
             child = subprocess.Popen(cmd, env=merged)
         except OSError as exc:
-            raise UsageError(f"gq alloc: {cmd[0]}: {exc.strerror}") from None
+            raise UsageError(f"{cmd[0]}: {exc.strerror}") from None
         lost = False
         while child.poll() is None:
             if self.stop:
@@ -274,12 +282,12 @@ class Session:
             except (StreamError, OSError, InterruptedError) as exc:
                 if isinstance(exc, InterruptedError):
                     continue
-                print(f"gq: job {self.job_id}: the allocation is gone ({exc})",
+                print(f"{self.say}job {self.job_id}: the allocation is gone ({exc})",
                       file=sys.stderr)
                 lost = True
         code = child.returncode if child.returncode >= 0 else 128 - child.returncode
         stream.finish(runstream.EXIT, str(code).encode())
-        print(f"gq: relinquishing job allocation {self.job_id}", file=sys.stderr)
+        print(f"{self.say}Relinquishing job allocation {self.job_id}", file=sys.stderr)
         return code
 
 

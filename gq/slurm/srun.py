@@ -6,7 +6,8 @@ Options are Slurm's for a step: -n, -N, --ntasks-per-node, -c, --gpus-per-task, 
 passes (--exclusive, --wait,
 --gpu-bind, --cpu-bind, --mpi, -u ...) are taken and, where gq does nothing with them, left
 alone.
-Ctrl-C (SIGINT) or SIGTERM ends the step. Outside a job srun says it needs one.
+Ctrl-C (SIGINT) or SIGTERM ends the step. Outside a job srun is `gq run` (an interactive job
+of its own, gq/cli/interactive.py: `srun --pty bash`), as Slurm's srun makes an allocation.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--label", action="store_true")
     p.add_argument("-w", "--nodelist")
     p.add_argument("--jobid")
+    p.add_argument("--pty", action="store_true")
     for flag in ("--exclusive", "--overlap", "-u", "--unbuffered", "--quiet", "-Q", "-v",
                  "--verbose"):
         p.add_argument(flag, action="store_true", dest=f"ignored_{flag.strip('-')}")
@@ -158,7 +160,36 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.join(os.getcwd(), path)
 
 
+#: srun's options for steps that mean nothing to a job of its own (`gq run`): left out.
+STEP_ONLY = frozenset({"-l", "--label", "-u", "--unbuffered", "-K", "--kill-on-bad-exit",
+                       "--overlap", "-Q", "--quiet"})
+
+
+def outside_a_job(argv: list[str]) -> list[str] | None:
+    """srun's words as `gq run`'s when srun runs outside any job (else None)."""
+    if os.environ.get("SLURM_JOB_ID") or os.environ.get("GQ_JOB_ID") or any(
+            w == "--jobid" or w.startswith("--jobid=") for w in argv):
+        return None
+    from gq.cli.interactive import RUN_OPTIONS
+    valued = {f for flags, _, kind, _ in RUN_OPTIONS if kind is not bool for f in flags}
+    words, i = [], 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        word = argv[i]
+        if word in valued:
+            words += argv[i:i + 2]
+            i += 2
+            continue
+        if word not in STEP_ONLY and not word.startswith("--kill-on-bad-exit="):
+            words.append(word)
+        i += 1
+    return words + argv[i:]
+
+
 def run(argv: list[str]) -> int:
+    alone = outside_a_job(argv)
+    if alone is not None:
+        from gq.cli import interactive
+        return interactive.main("run", alone, prog="srun")
     p = parser()
     args = p.parse_args(_options(p, argv))
     fields = request(args)
