@@ -25,6 +25,7 @@ import subprocess
 import sys
 import termios
 import time
+from typing import Any
 
 from gq import runstream
 from gq.runstream import Stream, StreamError
@@ -127,7 +128,7 @@ def _relay(stream: Stream, child: Child) -> int:
     stdin_eof = False
     while True:
         child.poll()
-        readers = [stream.sock, *child.outputs]
+        readers: list[Any] = [stream.sock, *child.outputs]
         writers = [child.stdin] if pending_in else []
         ready, writable, _ = select.select(readers, writers, [], 0.2)
         for fd in [r for r in ready if r in child.outputs]:

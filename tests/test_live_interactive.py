@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from gq.runstream import Stream, StreamError
-from tests.conftest import LiveCluster, wait_for
+from tests.conftest import LiveCluster, cluster, wait_for  # noqa: F401 (fixture)
 from tests.faults.test_partition import net  # noqa: F401  (the namespace fixture)
 from tests.test_live_steps import nodes  # noqa: F401  (one host / two network namespaces)
 
@@ -31,7 +31,7 @@ PROMPT = "PROMPT> "
 
 
 def _spawn(cluster: LiveCluster, *args: str, rows: int = 30, cols: int = 100) -> Any:
-    env = dict(cluster.env, PS1=PROMPT)
+    env = dict(cluster.env, PS1=PROMPT, XDG_DATA_HOME=str(cluster.root / "data"))
     return pexpect.spawn(sys.executable, ["-m", "gq.cli.main", *args], env=env,
                          cwd=str(cluster.work), encoding="utf-8", timeout=60,
                          dimensions=(rows, cols))
@@ -207,3 +207,23 @@ def test_run_refuses_options_it_cannot_read_and_needs_a_command() -> None:
     assert bad.returncode != 0 and "cannot read these options" in bad.stderr
     usage = subprocess.run([*gq, "alloc", "--help"], capture_output=True, text=True, timeout=30)
     assert usage.returncode == 0 and re.search(r"usage: gq alloc", usage.stdout)
+
+
+def test_srun_outside_a_job_is_gq_run_and_salloc_is_gq_alloc(cluster: LiveCluster) -> None:
+    env = dict(cluster.env, XDG_DATA_HOME=str(cluster.root / "data"))
+    srun = subprocess.run(
+        [sys.executable, "-c", "import sys; from gq.slurm.srun import main; sys.exit(main())",
+         "-N", "1", "-l", "--gres=gpu:1", "sh", "-c",
+         'echo "alone $SLURM_JOB_ID gpus=$CUDA_VISIBLE_DEVICES"; exit 5'],
+        env=env, cwd=cluster.work, capture_output=True, text=True, timeout=60)
+    assert srun.returncode == 5, srun.stderr
+    assert re.fullmatch(r"alone \d+ gpus=\d\n", srun.stdout), srun.stdout
+    salloc = subprocess.run(
+        [sys.executable, "-c", "import sys; from gq.slurm.salloc import main; sys.exit(main())",
+         "-N", "2", "sh", "-c", 'echo "name=$SLURM_JOB_NAME gpus=${CUDA_VISIBLE_DEVICES-}"; '
+         'srun -N 2 -o step-%t.out true'],
+        env=env, cwd=cluster.work, capture_output=True, text=True, timeout=60)
+    assert salloc.returncode == 0, salloc.stderr
+    assert salloc.stdout == "name=interactive gpus=\n", "Slurm's salloc: no GPU unless asked"
+    assert re.search(r"^salloc: Granted job allocation \d+", salloc.stderr, re.M), salloc.stderr
+    assert "salloc: Relinquishing job allocation" in salloc.stderr
