@@ -227,3 +227,12 @@ def test_srun_outside_a_job_is_gq_run_and_salloc_is_gq_alloc(cluster: LiveCluste
     assert salloc.stdout == "name=interactive gpus=\n", "Slurm's salloc: no GPU unless asked"
     assert re.search(r"^salloc: Granted job allocation \d+", salloc.stderr, re.M), salloc.stderr
     assert "salloc: Relinquishing job allocation" in salloc.stderr
+
+
+def test_gq_run_and_alloc_load_neither_typer_nor_rich_nor_zmq() -> None:
+    code = ("import sys; from gq.cli import main, interactive; import gq.client, gq.runagent; "
+            "from gq.slurm import srun, salloc; "
+            "print(sorted({'typer', 'rich', 'zmq'} & {m.split('.')[0] for m in sys.modules}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -18,6 +18,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gq import stepwire
@@ -63,18 +64,24 @@ def _options(p: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     srun's own options are looked at, up to the command."""
     valued = {o for a in p._actions if a.option_strings and a.nargs is None
               and a.const is None for o in a.option_strings}
+
+    def kill_on_bad_exit(word: str) -> list[str]:
+        m = re.fullmatch(r"(?:-K|--kill-on-bad-exit=)([01])", word)
+        return [word] if not m else ["-K"] if m[1] == "1" else []
+    return _rewrite(argv, valued, kill_on_bad_exit)
+
+
+def _rewrite(argv: list[str], valued: set[str], each: Callable[[str], list[str]]
+             ) -> list[str]:
+    """srun's words with its options (up to the command) rewritten: one that takes a value
+    kept with it, each other one as `each` has it; the command as it is."""
     out, i = [], 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
-        word = argv[i]
-        if word in valued:
+        if argv[i] in valued:
             out += argv[i:i + 2]
             i += 2
             continue
-        m = re.fullmatch(r"(?:-K|--kill-on-bad-exit=)([01])", word)
-        if m:
-            out += ["-K"] if m[1] == "1" else []
-        else:
-            out.append(word)
+        out += each(argv[i])
         i += 1
     return out + argv[i:]
 
@@ -172,17 +179,8 @@ def outside_a_job(argv: list[str]) -> list[str] | None:
         return None
     from gq.cli.interactive import RUN_OPTIONS
     valued = {f for flags, _, kind, _ in RUN_OPTIONS if kind is not bool for f in flags}
-    words, i = [], 0
-    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
-        word = argv[i]
-        if word in valued:
-            words += argv[i:i + 2]
-            i += 2
-            continue
-        if word not in STEP_ONLY and not word.startswith("--kill-on-bad-exit="):
-            words.append(word)
-        i += 1
-    return words + argv[i:]
+    return _rewrite(argv, valued, lambda word: [] if word in STEP_ONLY or word.startswith(
+        "--kill-on-bad-exit=") else [word])
 
 
 def run(argv: list[str]) -> int:
