@@ -236,3 +236,38 @@ def test_gq_run_and_alloc_load_neither_typer_nor_rich_nor_zmq() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_ctrl_c_without_pty_reaches_the_command_as_sigint(cluster: LiveCluster) -> None:
+    term = _spawn(cluster, "run", "-g", "0", "sh", "-c",
+                  'trap "echo got-int; exit 9" INT; echo ready; while :; do sleep 0.1; done')
+    try:
+        term.expect_exact("ready")
+        term.sendcontrol("c")  # this terminal is not raw: SIGINT to gq run, sent on
+        term.expect_exact("got-int")
+        term.expect(pexpect.EOF)
+    finally:
+        term.close(force=True)
+    assert term.exitstatus == 9, term.before
+
+
+def test_sigterm_to_gq_run_cancels_its_job(cluster: LiveCluster) -> None:
+    caller = subprocess.Popen([sys.executable, "-m", "gq.cli.main", "run", "-g", "1", "sleep",
+                               "100"], env=cluster.env, cwd=cluster.work,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        def running() -> int | None:
+            with cluster.client() as c:
+                jobs = [j for j in c.queue() if j["state"] == "RUNNING"]
+            return jobs[0]["id"] if jobs and _gpus_held(cluster) else None
+        job = wait_for(running, "gq run's job to run")
+        wait_for(lambda: any(p.info["cmdline"] == ["sleep", "100"]
+                             for p in psutil.process_iter(["cmdline"])), "the command to run")
+        caller.send_signal(signal.SIGTERM)
+        _, err = caller.communicate(timeout=60)
+    finally:
+        caller.kill()
+    assert caller.returncode != 0 and "cancelling job" in err, err
+    assert cluster.wait_state(job, "CANCELLED", "FAILED", "COMPLETED")["state"] == "CANCELLED"
+    wait_for(lambda: _gpus_held(cluster) == [], "the job's GPU to be free")
