@@ -68,23 +68,30 @@ def main(command: str, argv: list[str], prog: str = "") -> int:
 
 def advertised_address() -> str:
     """Where the job's node can reach this host: $GQ_RUN_ADDR, else the address this host
-    uses towards gqd's node endpoint (where every node connects), else its name's."""
+    uses towards gqd (a login host's [relay] head, a TCP [client] endpoint, [node] head: the
+    first that names a host other than loopback), else its name's."""
     if os.environ.get("GQ_RUN_ADDR"):
         return os.environ["GQ_RUN_ADDR"]
     from gq import config as config_mod
     try:
         cfg = config_mod.load()
-        target = cfg.node.head.rpartition("//")[2].rpartition(":")[0].strip("[]")
+        endpoints = [cfg.relay.head, *cfg.client.endpoints, cfg.node.head]
     except (GqError, OSError, ValueError):
-        target = ""
-    if target in ("", "*", "0.0.0.0"):
-        target = socket.gethostname()
+        endpoints = []
+    hosts = [ep.rpartition("//")[2].rpartition(":")[0].strip("[]")
+             for ep in endpoints if ep.startswith("tcp://")]
+    hosts = [h for h in hosts if h not in ("", "*", "0.0.0.0")]
+    target = next((h for h in hosts if not _loopback(h)), hosts[0] if hosts else "")
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((target, 9))
+            probe.connect((target or socket.gethostname(), 9))
             return str(probe.getsockname()[0])
     except OSError:
         return "127.0.0.1"
+
+
+def _loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 class Session:
