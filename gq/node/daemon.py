@@ -28,11 +28,10 @@ from gq.messages import (
     FINISHED, MAX_NOTE, STARTED, Ack, Alive, HeadMessage, Heartbeat, Kill, Launch, Message, Register,
     Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
-from gq.node import disk, shepherd, trash
+from gq.node import disk, lease, shepherd, trash
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
-from gq.node.lease import HeadLease
 from gq.node.outbox import Outbox
 from gq.node.runfiles import RunOrder, stop_reason, write_order
 from gq.node.runfiles import alive as _alive
@@ -81,7 +80,7 @@ class NodeDaemon:
         self.cpus, self.mem = cpus, mem
         self.heartbeat_s = heartbeat_s
         #: [node] head_lease_s: without a word from gqd for that long, the jobs here stop.
-        self.lease = HeadLease(head_lease_s, state_dir / "head-lease", time.monotonic())
+        self.lease = lease.HeadLease(head_lease_s, state_dir / lease.FILE, time.monotonic())
         #: Runs stopped because the lease ran out (each is stopped once).
         self.lease_stopped: set[tuple[int, int]] = set()
         self.outbox = Outbox(state_dir / "outbox")
@@ -188,8 +187,8 @@ class NodeDaemon:
         """When the loop next has a timer to serve (time.monotonic() seconds: every timer of
         gqnode's counts on the monotonic clock, so a step of the wall clock neither silences its
         heartbeats nor holds back its reports)."""
-        lease = self.lease.until if set(self.runs) - self.lease_stopped else math.inf
-        return min(self._next_heartbeat, self._next_adopted_check, lease,
+        until = self.lease.until if set(self.runs) - self.lease_stopped else math.inf
+        return min(self._next_heartbeat, self._next_adopted_check, until,
                    self.health.due() if self.health else math.inf)
 
     def step(self, readable: bool) -> None:
@@ -301,7 +300,7 @@ class NodeDaemon:
         """Nothing from gqd for head_lease_s: gqd may be about to run these jobs elsewhere, so
         they stop here, as a cancel stops them (SIGTERM, the grace, SIGKILL), and end NODE_FAIL
         (requeued, if gqd has not already) when the head hears of them again."""
-        reason = f"head lease expired: no word from gqd for {self.lease.lease_s:g}s"
+        reason = lease.EXPIRED.format(lease=self.lease.lease_s)
         for run in list(self.runs.values()):
             key = (run.job_id, run.restart)
             if key not in self.lease_stopped:

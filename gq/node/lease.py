@@ -7,9 +7,10 @@ a late or queued answer never stretches it: the node's lease always ends before 
 hearing of the node plus head_lease_s, which is what gqd counts from (gq/head/nodes.py) before
 it requeues a silent node's jobs. Every timer is time.monotonic().
 
-The lease's end is kept in the state directory (with the boot it belongs to: monotonic time
-means nothing across a reboot), so a restarted gqnode does not grant its adopted jobs a new
-lease that gqd never gave.
+The lease's end is kept in the state directory (FILE, with the boot it belongs to: monotonic
+time means nothing across a reboot), so a restarted gqnode does not grant its adopted jobs a new
+lease that gqd never gave, and each shepherd watches it too (`lease_end`): a job stops at the
+lease's end even when gqnode itself is dead.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from gq.fsutil import write_atomic
 #: Heartbeats sent and not yet answered that are remembered (older ones are forgotten: their
 #: answer, were it to come, would renew less than a newer one's).
 MAX_UNANSWERED = 64
+#: The lease's end, in the node's state directory: "BOOT_ID MONOTONIC_SECONDS".
+FILE = "head-lease"
+#: Why a run was stopped (its note).
+EXPIRED = "head lease expired: no word from gqd for {lease:g}s"
+LAPSED = "head lease expired: gqnode renewed it no more"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -42,6 +48,11 @@ class HeadLease:
         self._sent: dict[int, float] = {}
         #: When the lease runs out (inf: no lease).
         self.until = self._load(now) if lease_s > 0 else math.inf
+        if self.on:
+            self._save()
+        else:  # a lease of an earlier configuration binds no shepherd now
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     @property
     def on(self) -> bool:
@@ -78,11 +89,30 @@ class HeadLease:
         if sent + self.lease_s <= self.until:
             return False
         self.until = sent + self.lease_s
+        self._save()
+        return True
+
+    def _save(self) -> None:
         # No fsync: a host crash ends the boot, and with it what the file means.
-        with contextlib.suppress(OSError):
+        try:
             write_atomic(self.path, f"{_boot()} {self.until!r}\n".encode(), mode=0o600,
                          durable=False)
-        return True
+        except OSError:
+            # (a full state disk) A stale end would have the shepherds stop jobs whose lease
+            # gqnode renewed: without the file only gqnode enforces the lease, until it can
+            # write again.
+            with contextlib.suppress(OSError):
+                self.path.unlink()
 
     def expired(self, now: float) -> bool:
         return now >= self.until
+
+
+def lease_end(state_dir: Path) -> float:
+    """When the head lease of the node with this state directory runs out (time.monotonic());
+    inf without one (no file: gqnode runs without a lease)."""
+    try:
+        boot, until = (state_dir / FILE).read_text().split()
+        return float(until) if boot == _boot() else math.inf
+    except (OSError, ValueError):
+        return math.inf

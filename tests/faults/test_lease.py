@@ -86,6 +86,36 @@ def _live(pid: int | None) -> bool:
         return False
 
 
+def _hands_over(live: LiveCluster, job_id: int, first: int, lost: str, to: str) -> None:
+    """Node `lost` was just cut off (or its gqnode killed) under run 0 of the job (pid `first`):
+    it goes DOWN with the job still RUNNING there, the job stops there at the lease's end, and
+    only then is it requeued and started on node `to`; never two live copies at any poll."""
+    cut_at = time.monotonic()
+    seen_down_running = False
+    stopped_at = requeued_at = None
+    deadline = cut_at + 60
+    while requeued_at is None or stopped_at is None:
+        assert time.monotonic() < deadline, "the job was neither stopped nor requeued\n" + \
+            live.log_tails("gqd", lost)
+        old, new = _live(first), _live(_pid(live, job_id, 1))
+        # The invariant, at every poll: never two live copies of the job.
+        assert not (old and new), "the job runs in two places at once"
+        if not old and stopped_at is None:
+            stopped_at = time.monotonic()
+        if _pid(live, job_id, 1) is not None and requeued_at is None:
+            requeued_at = time.monotonic()
+        if not seen_down_running and _node(live, lost).get("state") == "DOWN":
+            job = live.show(job_id)
+            # DOWN, but its lease still runs: gqd has not requeued the job yet.
+            seen_down_running = (job["state"], job["restart_count"]) == ("RUNNING", 0) and old
+        time.sleep(0.05)
+    assert seen_down_running, "gqd requeued the job as soon as the node was DOWN"
+    assert requeued_at >= stopped_at, "the rerun started before the cut-off copy stopped"
+    assert stopped_at - cut_at >= LEASE_S - HEARTBEAT_S - 0.5, "stopped before its lease"
+    job = live.wait_state(job_id, "RUNNING")
+    assert (job["restart_count"], job["node_list"]) == (1, [to])
+
+
 def test_cut_off_node_stops_its_job_before_gqd_requeues_it(
         leased_split: LiveCluster, net: Net) -> None:  # noqa: F811
     live = leased_split
@@ -95,32 +125,8 @@ def test_cut_off_node_stops_its_job_before_gqd_requeues_it(
     live.gq("admin", "drain", CUT, "--reason", "maintenance", check=True)
     live.gq("admin", "resume", HOST, check=True)
     net.cut()
-    cut_at = time.monotonic()
-    seen_down_running = False
-    stopped_at = requeued_at = None
     try:
-        deadline = cut_at + 60
-        while requeued_at is None or stopped_at is None:
-            assert time.monotonic() < deadline, "the job was neither stopped nor requeued\n" + \
-                live.log_tails("gqd", CUT)
-            old, new = _live(first), _live(_pid(live, job_id, 1))
-            # The invariant, at every poll: never two live copies of the job.
-            assert not (old and new), "the job runs in two places at once"
-            if not old and stopped_at is None:
-                stopped_at = time.monotonic()
-            if _pid(live, job_id, 1) is not None and requeued_at is None:
-                requeued_at = time.monotonic()
-            if not seen_down_running and _node(live, CUT).get("state") == "DOWN":
-                job = live.show(job_id)
-                # DOWN, but its lease still runs: gqd has not requeued the job yet.
-                seen_down_running = (job["state"], job["restart_count"]) == ("RUNNING", 0) \
-                    and old
-            time.sleep(0.05)
-        assert seen_down_running, "gqd requeued the job as soon as the node was DOWN"
-        assert requeued_at >= stopped_at, "the rerun started before the cut-off copy stopped"
-        assert stopped_at - cut_at >= LEASE_S - HEARTBEAT_S - 0.5, "stopped before its lease"
-        job = live.wait_state(job_id, "RUNNING")
-        assert (job["restart_count"], job["node_list"]) == (1, [HOST])
+        _hands_over(live, job_id, first, CUT, HOST)
     finally:
         net.heal()
     assert "head lease expired" in live.log(CUT)
@@ -131,6 +137,27 @@ def test_cut_off_node_stops_its_job_before_gqd_requeues_it(
     job = live.wait_state(job_id, "COMPLETED")
     assert (job["restart_count"], job["node_list"]) == (1, [HOST])
     assert (live.work / f"runs.{job_id}").read_text() == f"0 {CUT}\n1 {HOST}\n"
+
+
+def test_jobs_of_a_killed_gqnode_stop_at_the_lease_end_before_they_are_requeued(
+        make_cluster: MakeCluster) -> None:
+    """gqnode SIGKILLed, its shepherd alive: the shepherd watches the lease and stops the job."""
+    live = make_cluster(nodes=2, change=_leased)
+    live.gq("admin", "drain", "node2", "--reason", "jobs start on node1", check=True)
+    job_id = live.submit("--wrap", SCRIPT)
+    assert live.wait_state(job_id, "RUNNING")["node_list"] == [HOST]
+    first = wait_for(lambda: _pid(live, job_id, 0), "the job to start on node1")
+    live.gq("admin", "drain", HOST, "--reason", "maintenance", check=True)
+    live.gq("admin", "resume", "node2", check=True)
+    os.kill(live.node_pid(HOST), signal.SIGKILL)
+    _hands_over(live, job_id, first, HOST, "node2")
+    assert live.gq("up").returncode == 0, live.log(HOST)  # node1 back: its stale run reported
+    wait_for(lambda: live.settled(HOST), "the stopped run's report to be delivered")
+    assert "head lease expired: gqnode renewed it no more" in live.log(HOST)
+    (live.work / f"go.{job_id}.1").touch()
+    job = live.wait_state(job_id, "COMPLETED")
+    assert (job["restart_count"], job["node_list"]) == (1, ["node2"])
+    assert (live.work / f"runs.{job_id}").read_text() == f"0 {HOST}\n1 node2\n"
 
 
 def test_head_restart_shorter_than_the_lease_kills_nothing(make_cluster: MakeCluster) -> None:
