@@ -325,7 +325,8 @@ def _node_types() -> None:
 #: Names of gq.messages that are read here too (protocol.HEARTBEAT ...), loaded when asked.
 _FROM_MESSAGES = frozenset({
     "ACK", "ALIVE", "FINISHED", "GPU_SCHEMA", "HEAD_TO_NODE", "HEARTBEAT", "KILL", "LAUNCH",
-    "MAX_NOTE", "NODE_MESSAGES", "REGISTER", "REPORT", "REREGISTER", "STARTED", "Message", "usage_fields"})
+    "MAX_NOTE", "NODE_MESSAGES", "REGISTER", "REPORT", "REREGISTER", "STARTED", "Message",
+    "usage_fields"})
 
 if TYPE_CHECKING:
     SCHEMAS = _SCHEMAS

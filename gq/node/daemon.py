@@ -25,8 +25,8 @@ from gq import defaults, keys, protocol, service
 from gq.errors import GqError
 from gq.fsutil import private_dir
 from gq.messages import (
-    FINISHED, MAX_NOTE, STARTED, Ack, Alive, HeadMessage, Heartbeat, Kill, Launch, Message, Register,
-    Report, Reregister, Step, StepKill, usage_fields)
+    FINISHED, MAX_NOTE, STARTED, Ack, Alive, HeadMessage, Heartbeat, Kill, Launch, Message,
+    Register, Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
 from gq.node import disk, lease, shepherd, trash
 from gq.node.gpus import GpuSource
