@@ -14,24 +14,18 @@ import psutil
 import pytest
 
 from gq import config as config_mod
-from gq import keys
 from gq.errors import ConfigError
-from tests.conftest import LiveCluster, node_in_netns, prepare, running, wait_for
+from tests.conftest import LiveCluster, wait_for
 from tests.faults.conftest import MakeCluster
-from tests.faults.test_partition import Net, net  # noqa: F401 (the fixture)
+from tests.faults.test_partition import CUT, HEARTBEAT_S, HOST, Net, net, split  # noqa: F401
+from tests.faults.test_partition import SCRIPT as PARTITION_SCRIPT
 
 #: A lease of a few seconds, longer than node_timeout_s, so that gqd's wait for it shows.
 LEASE_S = 4.0
 NODE_TIMEOUT_S = 2.0
-HEARTBEAT_S = 0.5
 KILL_GRACE_S = 1.0
-CUT, HOST = "nsnode", "node1"
 #: Records each run (restart count, node) and its pid, then waits for its go file.
-SCRIPT = """#!/bin/sh
-echo "$GQ_RESTART_COUNT $GQ_NODELIST" >> runs.$GQ_JOB_ID
-echo $$ > pid.$GQ_JOB_ID.$GQ_RESTART_COUNT
-while [ ! -e go.$GQ_JOB_ID.$GQ_RESTART_COUNT ]; do sleep 0.1; done
-"""
+SCRIPT = PARTITION_SCRIPT.format(code=0)
 
 
 #: The lease of the head restart test: room for a gqd restart on a slow, shared machine.
@@ -47,24 +41,8 @@ def _leased(cfg: config_mod.Config, lease: float = LEASE_S) -> None:
 def leased_split(net: Net, tmp_path: Path) -> Iterator[LiveCluster]:  # noqa: F811
     """gqd and HOST on the host, CUT in the namespace, all under a head lease; HOST drained,
     so jobs start on CUT."""
-    live = prepare(tmp_path)
-
-    def change(cfg: config_mod.Config) -> None:
-        port = cfg.head.node_endpoint.rsplit(":", 1)[1]
-        cfg.head.node_endpoint = cfg.node.head = f"tcp://{net.host_addr}:{port}"
-        _leased(cfg)
-
-    live.configure(change)
-    keys.ensure(live.layout.keys, [CUT])
-    with running(live, nodes=1, fake_gpus="8"), live.layout.log(CUT).open("ab") as log:
-        cut_node = node_in_netns(live, net.ns, CUT, net.ns_addr, log)
-        try:
-            wait_for(lambda: _node(live, CUT).get("state") == "UP", f"{CUT} to register")
-            live.gq("admin", "drain", HOST, "--reason", "jobs start on the cut node", check=True)
-            yield live
-        finally:
-            live.gq("down", timeout=90)
-            cut_node.wait(timeout=30)
+    with split(net, tmp_path, _leased) as live:
+        yield live
 
 
 def _node(live: LiveCluster, name: str) -> dict:
@@ -149,7 +127,9 @@ def test_jobs_of_a_killed_gqnode_stop_at_the_lease_end_before_they_are_requeued(
     first = wait_for(lambda: _pid(live, job_id, 0), "the job to start on node1")
     live.gq("admin", "drain", HOST, "--reason", "maintenance", check=True)
     live.gq("admin", "resume", "node2", check=True)
-    os.kill(live.node_pid(HOST), signal.SIGKILL)
+    node_pid = live.node_pid(HOST)
+    assert node_pid is not None
+    os.kill(node_pid, signal.SIGKILL)
     _hands_over(live, job_id, first, HOST, "node2")
     assert live.gq("up").returncode == 0, live.log(HOST)  # node1 back: its stale run reported
     wait_for(lambda: live.settled(HOST), "the stopped run's report to be delivered")
@@ -165,7 +145,9 @@ def test_head_restart_shorter_than_the_lease_kills_nothing(make_cluster: MakeClu
     job_id = live.submit("--wrap", SCRIPT)
     live.wait_state(job_id, "RUNNING")
     pid = wait_for(lambda: _pid(live, job_id, 0), "the job to start")
-    os.kill(live.head_pid(), signal.SIGKILL)
+    head_pid = live.head_pid()
+    assert head_pid is not None
+    os.kill(head_pid, signal.SIGKILL)
     killed_at = time.monotonic()
     wait_for(lambda: live.head_pid() is None, "gqd to die")
     assert live.gq("up").returncode == 0, live.log("gqd")
