@@ -106,6 +106,11 @@ class NodeConfig:
     private_tmp: bool = False
     #: The node's features, which jobs' --constraint names (Slurm's Feature=).
     features: list[str] = field(default_factory=list)
+    #: HTCondor's job lease: a gqnode that hears nothing from gqd for this many seconds stops
+    #: its jobs (NODE_FAIL, "head lease expired"), and gqd requeues a silent node's jobs only
+    #: once that has surely happened, so no job runs in two places. 0: no lease (jobs run on
+    #: through any head outage; a silent node's jobs are requeued at node_timeout_s).
+    head_lease_s: float = 0.0
 
 
 @dataclass
@@ -386,6 +391,10 @@ def _check_node(node: NodeConfig, source: str) -> None:
     if not node.cgroup_root.strip("/") or any(p in ("", ".", "..") for p in parts):
         raise ConfigError(f"{source}: [node] cgroup_root must be a path like /gq (absolute) or "
                           f"gq (under gqnode's own cgroup), not {node.cgroup_root!r}")
+    lease = node.head_lease_s
+    if not (lease == 0 or 2 * node.heartbeat_s <= lease < math.inf):
+        raise ConfigError(f"{source}: [node] head_lease_s must be 0 (no lease) or seconds of at "
+                          f"least two heartbeats ({2 * node.heartbeat_s:g}), not {lease!r}")
     if node.job_pids_max < 0:
         raise ConfigError(f"{source}: [node] job_pids_max must be 0 (no limit) or more, not "
                           f"{node.job_pids_max}")
