@@ -9,13 +9,6 @@ from __future__ import annotations
 #: regular expression) and why. The case's test checks the symptom and then xfails; a gq that
 #: runs the case to COMPLETED fails it until the entry is removed.
 EXPECTED_FAILURES: dict[str, tuple[str, str]] = {
-    "21-lightning-multinode": (
-        r"line \d+: srun: command not found",
-        "`#!/bin/bash -l`: the login shell's /etc/profile resets PATH; the site's "
-        "~/.bash_profile puts the corpus' commands back, but gq's `srun` lives in the node's "
-        "state directory (first on the job's PATH), where a Slurm site's is in /usr/bin, "
-        "which /etc/profile keeps (FAILED 127). A site makes them system commands with "
-        "`gq compat --dir /usr/local/bin` on each GPU host; a personal cluster does not"),
 }
 
 R_ACCOUNT = ("gq has no default account: sacct shows none for a job that named none (Slurm: "
@@ -146,6 +139,8 @@ DIFFERENCES: dict[str, dict[str, tuple[str | None, str]]] = {
                                   "AllocTRES": ("billing=80,cpu=80,gres/gpu=8,node=2", R_MEM0)},
     "20-csc-gpu8-mahti": {"SLURM_GPUS_PER_NODE": ("a100:4", R_GRES),
                           "AllocTRES": ("billing=80,cpu=80,gres/gpu=8,node=2", R_MEM0)},
+    "21-lightning-multinode": {"Account": ("", R_ACCOUNT), "SLURM_GPUS_PER_NODE": ("2", R_GRES),
+                               "AllocTRES": ("billing=4,cpu=4,gres/gpu=4,node=2", R_MEM0)},
     "22-ctnvae-signal-requeue": {
         "SLURM_MEM_PER_CPU": (None, R_DEFMEM),
         "AllocTRES": ("billing=128,cpu=128,gres/gpu=4,node=1", R_DEFMEM)},

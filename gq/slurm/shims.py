@@ -39,6 +39,29 @@ def ensure(directory: Path) -> Path:
     return directory
 
 
+def bash_env(directory: Path) -> Path:
+    """A file for the job's BASH_ENV, beside `directory` (which holds the commands alone):
+    bash sources it before a non-interactive script runs, after a login shell's profile
+    (`#!/bin/bash -l`: Debian's /etc/profile sets PATH anew), so gq's Slurm commands come
+    first on PATH again, as a Slurm site's in /usr/bin stay; then the job's own BASH_ENV."""
+    path = directory.parent / f"{directory.name}.bash_env"
+    quoted = str(directory).replace("'", "'\\''")
+    text = ("# gq: the job's BASH_ENV (gq/slurm/shims.py): its Slurm commands first on PATH\n"
+            f"case \":$PATH:\" in *':{quoted}:'*) ;; *) PATH='{quoted}':\"$PATH\" ;; esac\n"
+            'if [ -n "${GQ_BASH_ENV-}" ] && [ -z "${GQ_IN_BASH_ENV-}" ]; then\n'
+            '  GQ_IN_BASH_ENV=1; . "$GQ_BASH_ENV"; unset GQ_IN_BASH_ENV\nfi\n')
+    try:
+        if path.read_text() == text:
+            return path
+    except OSError:
+        pass
+    try:
+        write_atomic(path, text.encode(), mode=0o644, durable=False)
+    except FileExistsError:
+        pass  # another job's shepherd is writing the same file this moment
+    return path
+
+
 def user_dir() -> Path:
     """Where `gq compat` keeps them: $XDG_DATA_HOME/gq/slurm-bin."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
