@@ -4,12 +4,14 @@ with `env` in each script; ../shared/peers/slurm)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gq.messages import ArrayTask, Launch
 from gq.node.slurmenv import array_range, batch_env, tasks_per_node
+from gq.slurm import shims
 from gq.tasks import Capacity, resolve
 from tests.test_slurm_requests import _request
 
@@ -123,3 +125,36 @@ def test_a_job_keeps_the_home_it_was_submitted_with_and_its_identity_from_passwd
         "/site/home", "/bin/zsh", me.pw_name, me.pw_name)
     plain = env_of({"PATH": "/bin"})
     assert (plain["HOME"], plain["SHELL"]) == (me.pw_dir, me.pw_shell or "/bin/sh")
+
+
+def test_a_login_shells_profile_does_not_lose_gqs_slurm_commands(tmp_path: Path) -> None:
+    """`#!/bin/bash -l`: /etc/profile sets PATH anew; the job's BASH_ENV puts gq's srun first
+    again, then sources the job's own BASH_ENV once (not a gq job's, which would loop)."""
+    import subprocess
+
+    from gq.node.runfiles import RunOrder
+    from gq.node.shepherd import job_env
+    spec = resolve(_request(["-N", "1"], "#!/bin/sh\ntrue\n"), [NODE], 1, [])
+    bin_dir = str(shims.ensure(tmp_path / "slurm-bin"))
+    own = tmp_path / "own.sh"
+    own.write_text("echo own-bash-env >&2\n")
+
+    def env_of(submitted: dict[str, str]) -> dict[str, str]:
+        spec.update(user="root", uid=0, gid=0, env=submitted)
+        launch = Launch(job_id=13, restart=0, spec=spec, gpus=(), rank=0, nodelist=("n1",),
+                        time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask())
+        return job_env(RunOrder(launch=launch, isolation={}), bin_dir)
+
+    env = env_of({"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BASH_ENV": str(own)})
+    assert env["GQ_BASH_ENV"] == str(own)
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash -l\nset -u\ncommand -v srun\n")
+    script.chmod(0o755)
+    ran = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0 and ran.stdout == f"{bin_dir}/srun\n", ran
+    assert ran.stderr.count("own-bash-env") == 1, ran.stderr
+    # Submitted from inside a gq job: its BASH_ENV is gq's own, not chained.
+    again = env_of({**env})
+    assert again["BASH_ENV"] == env["BASH_ENV"] and again["GQ_BASH_ENV"] == str(own)
+    ran = subprocess.run([str(script)], env=again, capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0 and ran.stderr.count("own-bash-env") == 1, ran
