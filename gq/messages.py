@@ -7,8 +7,8 @@ with the version and type) and its decoding (`from_wire`, of a map gq.protocol h
 against the schema, so it cannot fail). gq.protocol.decode_message and encode_message are the
 two ends. A field's RANGES and LENGTHS are those of its name (gq.schema), as for every message.
 
-Client requests and their replies (the CLI, the relay, gq api) are still plain maps
-(gq.protocol's schemas).
+Client requests (the CLI, the relay, gq api) are declared the same way in gq/requests.py; their
+replies are plain maps.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A message is one msgpack map with `v` (protocol version), `type`, and the type's fields.
 Requests from the CLI carry `rid`; the reply echoes it. Nothing here touches a socket.
 The messages between gqd and gqnode are typed (gq.messages: decode_message, encode_message);
-client requests and replies are maps checked against the schemas here. What each field may hold
+so are client requests (gq.requests, read in gqd); replies, and srun's requests (gq.stepwire),
+are maps checked against the schemas here. What each field may hold
 (types, ranges, lengths, rules) is checked by gq.schema.
 """
 
@@ -70,16 +71,14 @@ SPEC_SCHEMA: Schema = {f.name: (f.types, f.required) for f in spec_fields.FIELDS
 _CALLER: Schema = {"rid": (INT, False), "claim_uid": (INT, False), "claim_user": (STR, False),
                    AS_UID: (INT, False), AS_TOKEN: (STR, False)}
 
-#: Client requests declared as schemas only (srun's: a job step's launch, status and cancel).
-#: The rest are typed (gq/requests.py: DECLARED), their schemas added when first needed.
-_CLIENT_SCHEMAS: dict[str, Schema] = {
-    **stepwire.CLIENT_SCHEMAS,
-}
+#: Client requests declared as schemas only, here (each handler gets the checked map): none
+#: now. The rest are typed (gq/requests.py: DECLARED), their schemas added when first needed.
+_CLIENT_SCHEMAS: dict[str, Schema] = {}
 #: The client requests gq/requests.py declares (tests/test_requests.py holds the two to each
-#: other).
+#: other), srun's (gq/stepwire.py) among them.
 DECLARED = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME, HOLD,
                       RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING, TEST_SUBMIT, EVENTS,
-                      TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE})
+                      TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE, *stepwire.CLIENT_REQUESTS})
 
 
 #: Message type -> its schema: the replies' and those declared here; the typed messages'
@@ -220,7 +219,7 @@ def encode_message(msg: Message) -> bytes:
 
 #: Message type -> field -> what the field holds, checked after its type (node messages' added
 #: with their schemas, as _SCHEMAS).
-_RULES: dict[str, Rules] = {**stepwire.CLIENT_RULES}
+_RULES: dict[str, Rules] = {}
 #: Each type's fields, with the envelope's.
 _KNOWN = {kind: frozenset({"v", "type", *schema}) for kind, schema in _SCHEMAS.items()}
 _loaded = False

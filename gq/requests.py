@@ -7,8 +7,8 @@ handlers read typed fields. Every request has the caller's fields (`Request`). A
 None only when left out (`unset()`) may not be None on the wire. The type names are
 gq.protocol's (tests/test_requests.py holds the two to each other); gq.protocol loads this
 module only where requests are checked (gqd, the relay), never in the CLI, which only sends
-them. srun's step requests (gq/stepwire.py) and any request declared only as a schema in
-gq.protocol stay maps: the handler of such a type gets the checked map.
+them. A request declared only as a schema in gq.protocol stays a map: the handler of such a
+type gets the checked map.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gq import schema as s
+from gq import stepwire
 from gq.declare import Message, declare, unset
 from gq.errors import ProtocolError
 from gq.unpack import clip
@@ -230,6 +231,48 @@ class TokenRevoke(Request):
     ids: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepLaunch(Request):
+    """srun inside a job: a step of job `job_id` (the caller's, running) running `argv` in
+    `cwd` with `env` (srun's environment), laid out as gq.steps.layout does; output and error:
+    the step's files (default: the job's); label: srun -l; nodelist: srun -w, only these nodes
+    of the job. Reply: step, ntasks, nodes."""
+
+    TYPE: ClassVar[str] = stepwire.STEP_LAUNCH
+    job_id: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    ntasks: int | None = None
+    nodes: int | None = None
+    ntasks_per_node: int | None = None
+    gpus_per_task: int | None = None
+    cpus_per_task: int | None = None
+    kill_on_bad_exit: bool = False
+    output: str | None = None
+    error: str | None = None
+    name: str | None = None
+    label: bool = False
+    nodelist: tuple[str, ...] | None = unset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStatus(Request):
+    """Reply: the step's record (gq.head.steps.step_record): state RUNNING until every node's
+    tasks ended, exit_code."""
+
+    TYPE: ClassVar[str] = stepwire.STEP_STATUS
+    job_id: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCancel(Request):
+    TYPE: ClassVar[str] = stepwire.STEP_CANCEL
+    job_id: int
+    step: int
+
+
 #: What a filtered cancel's `filter` may name (scancel -u/-t/-n/-p ...): gq/head/select.py.
 FILTER_SCHEMA: s.Schema = {"user": (s.OPT_STR, False), "states": (s.OPT_LIST, False),
                            "name": (s.OPT_STR, False), "partition": (s.OPT_STR, False),
@@ -248,7 +291,8 @@ def _filter(key: str, value: dict[str, Any], what: str) -> None:
         s.STRINGS(name, value.get(name) or [], where)
 
 
-_plain: tuple[type[Request], ...] = (Ping, Nodes, TokenList, Accounting, TestSubmit, TokenCreate)
+_plain: tuple[type[Request], ...] = (Ping, Nodes, TokenList, Accounting, TestSubmit, TokenCreate,
+                                     StepStatus, StepCancel)
 for _cls in _plain:
     declare(_cls)
 _by_refs: tuple[type[Request], ...] = (Wait, Hold, Release, Requeue, Update)
@@ -263,11 +307,13 @@ declare(Drain, nodes=s.STRINGS)
 declare(Resume, nodes=s.STRINGS)
 declare(Events, kinds=s.STRINGS)
 declare(TokenRevoke, ids=s.each_item(s.INT, like="id"))
+declare(StepLaunch, argv=stepwire.command, env=stepwire.environment, nodelist=stepwire.node_names)
 
 #: Every typed request type by its name.
 TYPES: dict[str, type[Request]] = {cls.TYPE: cls for cls in (
     Ping, Submit, Cancel, Queue, Show, Nodes, Wait, Drain, Resume, Hold, Release, Requeue,
-    Update, History, Accounting, TestSubmit, Events, TokenCreate, TokenList, TokenRevoke)}
+    Update, History, Accounting, TestSubmit, Events, TokenCreate, TokenList, TokenRevoke,
+    StepLaunch, StepStatus, StepCancel)}
 
 
 def read(msg: dict[str, Any]) -> Any:
