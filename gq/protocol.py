@@ -3,8 +3,8 @@
 A message is one msgpack map with `v` (protocol version), `type`, and the type's fields.
 Requests from the CLI carry `rid`; the reply echoes it. Nothing here touches a socket.
 The messages between gqd and gqnode are typed (gq.messages: decode_message, encode_message);
-so are client requests (gq.requests, read in gqd); replies, and srun's requests (gq.stepwire),
-are maps checked against the schemas here. What each field may hold
+so are client requests (gq.requests, read in gqd); replies are maps checked against the
+schemas here. What each field may hold
 (types, ranges, lengths, rules) is checked by gq.schema.
 """
 

@@ -41,6 +41,14 @@ class Request(Message):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Named(Request):
+    """A request acting on the jobs `ids` names (each type's own fields follow). Reply, for
+    hold, release, requeue and update: done (the ids acted on) and errors (id -> why not)."""
+
+    ids: tuple[Ref, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ping(Request):
     TYPE: ClassVar[str] = "ping"
 
@@ -54,14 +62,13 @@ class Submit(Request):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Cancel(Request):
+class Cancel(Named):
     """End jobs. signal (scancel --signal): send it to the running jobs (only their script with
     batch_only) and do not end them. filter (scancel -u/-t/-n/-p ...; gq/head/select.py): the
     live jobs whose fields all match, only the caller's unless it names a user; with ids, only
-    among those. Reply: done (the ids acted on) and errors (id -> why not)."""
+    among those. Reply: cancelled (the ids acted on) and errors (id -> why not)."""
 
     TYPE: ClassVar[str] = "cancel"
-    ids: tuple[Ref, ...]
     user: str | None = None
     signal: str | None = None
     batch_only: bool = False
@@ -97,11 +104,10 @@ class Nodes(Request):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Wait(Request):
+class Wait(Named):
     """Answered when every job named has ended (parked up to park_s seconds a time)."""
 
     TYPE: ClassVar[str] = "wait"
-    ids: tuple[Ref, ...]
     park_s: float | None = unset()
 
 
@@ -119,32 +125,26 @@ class Resume(Request):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Hold(Request):
-    """Reply as for cancel: done and errors."""
-
+class Hold(Named):
     TYPE: ClassVar[str] = "hold"
-    ids: tuple[Ref, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Release(Request):
+class Release(Named):
     TYPE: ClassVar[str] = "release"
-    ids: tuple[Ref, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Requeue(Request):
+class Requeue(Named):
     TYPE: ClassVar[str] = "requeue"
-    ids: tuple[Ref, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Update(Request):
+class Update(Named):
     """`gq update` (scontrol update): the fields given are changed (time_limit_s 0: no
     limit); reply as for hold."""
 
     TYPE: ClassVar[str] = "update"
-    ids: tuple[Ref, ...]
     time_limit_s: int | None = unset()
     qos: str | None = unset()
     name: str | None = unset()
