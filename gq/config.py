@@ -42,6 +42,9 @@ class HeadConfig:
     relay_endpoint: str = "tcp://0.0.0.0:6820"
     #: Seconds of silence after which a node is DOWN.
     node_timeout_s: float = defaults.NODE_TIMEOUT_S
+    #: Seconds after which a node's last GPU telemetry is stale: shown so in `gq nodes`, and
+    #: placement goes by the GPUs' type and VRAM alone there (docs/SCHEDULING.md).
+    telemetry_stale_s: float = defaults.TELEMETRY_STALE_S
     #: Seconds between SIGTERM and SIGKILL when a job is cancelled.
     kill_grace_s: float = defaults.KILL_GRACE_S
     #: Jobs' GQ_CHECKPOINT_DIR is ROOT/USER/JOBID; empty means ~USER/.gq/checkpoints/JOBID.
@@ -76,6 +79,9 @@ class NodeConfig:
     #: gqnode's state directory; `{name}` is replaced by the node's name.
     state_dir: str = "/var/lib/gq/node"
     heartbeat_s: float = defaults.HEARTBEAT_INTERVAL_S
+    #: A GPU hotter than this (Celsius, by its fresh telemetry) gets no new jobs (gqd reads it
+    #: from its own configuration: one limit for the cluster).
+    max_gpu_temp_c: float = defaults.MAX_GPU_TEMP_C
     #: CPUs and memory offered to jobs; 0 means what the host has.
     cpus: int = 0
     mem: str = "0"
@@ -100,6 +106,11 @@ class NodeConfig:
     private_tmp: bool = False
     #: The node's features, which jobs' --constraint names (Slurm's Feature=).
     features: list[str] = field(default_factory=list)
+    #: HTCondor's job lease: a gqnode that hears nothing from gqd for this many seconds stops
+    #: its jobs (NODE_FAIL, "head lease expired"), and gqd requeues a silent node's jobs only
+    #: once that has surely happened, so no job runs in two places. 0: no lease (jobs run on
+    #: through any head outage; a silent node's jobs are requeued at node_timeout_s).
+    head_lease_s: float = 0.0
 
 
 @dataclass
@@ -349,6 +360,12 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
             raise ConfigError(f"{source}: [node] {key} must be a number of seconds over 0, not "
                               f"{getattr(cfg.node, key)!r}")
     _check_node(cfg.node, source)
+    if not 0 < cfg.head.telemetry_stale_s < math.inf:
+        raise ConfigError(f"{source}: [head] telemetry_stale_s must be a number of seconds over "
+                          f"0, not {cfg.head.telemetry_stale_s!r}")
+    if not 0 < cfg.node.max_gpu_temp_c < math.inf:
+        raise ConfigError(f"{source}: [node] max_gpu_temp_c must be degrees Celsius over 0, not "
+                          f"{cfg.node.max_gpu_temp_c!r}")
     if not 0 <= cfg.head.default_retries <= defaults.MAX_RETRIES:
         raise ConfigError(f"{source}: [head] default_retries must be 0..{defaults.MAX_RETRIES}, "
                           f"not {cfg.head.default_retries}")
@@ -374,6 +391,10 @@ def _check_node(node: NodeConfig, source: str) -> None:
     if not node.cgroup_root.strip("/") or any(p in ("", ".", "..") for p in parts):
         raise ConfigError(f"{source}: [node] cgroup_root must be a path like /gq (absolute) or "
                           f"gq (under gqnode's own cgroup), not {node.cgroup_root!r}")
+    lease = node.head_lease_s
+    if not (lease == 0 or 2 * node.heartbeat_s <= lease < math.inf):
+        raise ConfigError(f"{source}: [node] head_lease_s must be 0 (no lease) or seconds of at "
+                          f"least two heartbeats ({2 * node.heartbeat_s:g}), not {lease!r}")
     if node.job_pids_max < 0:
         raise ConfigError(f"{source}: [node] job_pids_max must be 0 (no limit) or more, not "
                           f"{node.job_pids_max}")

@@ -31,6 +31,12 @@ MAX_DECODING_BYTES = 4 * MAX_MESSAGE_BYTES
 HEARTBEAT_INTERVAL_S = 2.0
 #: A node silent this long is marked DOWN, in seconds.
 NODE_TIMEOUT_S = 30.0
+#: A GPU hotter than this (Celsius) gets no new jobs (`[node] max_gpu_temp_c`): below the
+#: ~90 C where data-centre GPUs begin to throttle their clocks.
+MAX_GPU_TEMP_C = 90.0
+#: Telemetry older than this (seconds, five heartbeats) is stale: placement ignores it
+#: (`[head] telemetry_stale_s`).
+TELEMETRY_STALE_S = 10.0
 #: How often gqnode runs its `[node] health_check` program, and how long one run may take, in
 #: seconds (Slurm kills its HealthCheckProgram after 60 s too).
 HEALTH_CHECK_INTERVAL_S = 60.0

@@ -34,6 +34,7 @@ LAUNCH = "launch"
 KILL = "kill"
 ACK = "ack"
 REREGISTER = "reregister"
+ALIVE = "alive"
 #: A job step's (srun's) tasks on a node: start them; stop them (gq/stepwire.py names them).
 STEP = stepwire.STEP
 STEP_KILL = stepwire.STEP_KILL
@@ -173,6 +174,9 @@ class Register(Message):
     addr: str = ""
     #: Its features (--features, [node] features), which jobs' --constraint names.
     features: tuple[str, ...] = ()
+    #: [node] head_lease_s (0: none): it stops its jobs after that long without a word from
+    #: gqd, and gqd requeues them only once that has surely happened.
+    head_lease_s: float = 0.0
 
 
 declare(Register, gpus=s.each_map(GPU_SCHEMA), running=s.int_pairs("job_id", "restart"),
@@ -194,6 +198,9 @@ class Heartbeat(Message):
     #: Why the node's state disk cannot take a job (None or "": it can); gqd drains the node
     #: while it says so and lets its running jobs go on.
     disk: str | None = None
+    #: With a head lease, this heartbeat's number (1, 2, ...): gqd answers it with an Alive of
+    #: the same number, which renews the lease from when the heartbeat was sent. 0: no answer.
+    beat: int = 0
 
 
 declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS)
@@ -319,6 +326,18 @@ declare(Reregister)
 
 
 @dataclass(frozen=True, slots=True)
+class Alive(Message):
+    """The head heard heartbeat `beat` of a node with a head lease: the node's lease runs on
+    from when it sent that heartbeat (so a late answer never stretches it)."""
+
+    TYPE: ClassVar[str] = ALIVE
+    beat: int
+
+
+declare(Alive)
+
+
+@dataclass(frozen=True, slots=True)
 class Step(Message):
     """Start this node's tasks of a job step (srun inside the job; gq/head/steps.py sends it,
     gq/node/steps.py starts a step shepherd for it). A node starts a step's tasks once: gqd
@@ -368,12 +387,12 @@ class StepKill(Message):
 declare(StepKill)
 
 NodeMessage = Union[Register, Heartbeat, Report]
-HeadMessage = Union[Launch, Kill, Ack, Reregister, Step, StepKill]
+HeadMessage = Union[Launch, Kill, Ack, Reregister, Step, StepKill, Alive]
 #: Every typed message type by its name.
 TYPES: dict[str, type[Message]] = {cls.TYPE: cls for cls in (
-    Register, Heartbeat, Report, Launch, Kill, Ack, Reregister, Step, StepKill)}
+    Register, Heartbeat, Report, Launch, Kill, Ack, Reregister, Step, StepKill, Alive)}
 NODE_MESSAGES = frozenset({REGISTER, HEARTBEAT, REPORT})
-HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER, STEP, STEP_KILL})
+HEAD_TO_NODE = frozenset({LAUNCH, KILL, ACK, REREGISTER, STEP, STEP_KILL, ALIVE})
 
 
 def read(msg: dict[str, Any]) -> Message:

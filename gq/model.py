@@ -371,6 +371,8 @@ class Node:
     addr: str = ""
     #: Latest per-GPU telemetry: index -> {util, mem_used, temp}.
     telemetry: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: When that telemetry came (wall clock); older than `[head] telemetry_stale_s`, it is stale.
+    telemetry_at: float = 0.0
     #: Its features (`[node] features`), which jobs' --constraint names.
     features: list[str] = field(default_factory=list)
 

@@ -24,7 +24,7 @@ from gq.errors import ProtocolError
 if TYPE_CHECKING:
     from gq import messages
     from gq.messages import (  # noqa: F401 (named here too)
-        ACK, FINISHED, GPU_SCHEMA, HEAD_TO_NODE, HEARTBEAT, KILL, LAUNCH, MAX_NOTE,
+        ACK, ALIVE, FINISHED, GPU_SCHEMA, HEAD_TO_NODE, HEARTBEAT, KILL, LAUNCH, MAX_NOTE,
         NODE_MESSAGES, REGISTER, REPORT, REREGISTER, STARTED, Message, usage_fields)
 from gq.schema import (  # noqa: F401 (named here too)
     AS_TOKEN, AS_UID, BOOL, COUNTS, DICT, INT, LENGTHS, LIST, MAX_DEPTH, MAX_FIELDS,
@@ -205,7 +205,7 @@ def from_node(frame: bytes | memoryview) -> messages.NodeMessage:
 
 
 def from_head(frame: bytes | memoryview) -> messages.HeadMessage:
-    """What gqd sends a node: Launch, Kill, Ack, Reregister, Step or StepKill (else
+    """What gqd sends a node: Launch, Kill, Ack, Reregister, Step, StepKill or Alive (else
     ProtocolError)."""
     _node_types()
     return cast("messages.HeadMessage", decode_message(frame, _head_to_node))
@@ -248,8 +248,9 @@ def _node_types() -> None:
 
 #: Names of gq.messages that are read here too (protocol.HEARTBEAT ...), loaded when asked.
 _FROM_MESSAGES = frozenset({
-    "ACK", "FINISHED", "GPU_SCHEMA", "HEAD_TO_NODE", "HEARTBEAT", "KILL", "LAUNCH", "MAX_NOTE",
-    "NODE_MESSAGES", "REGISTER", "REPORT", "REREGISTER", "STARTED", "Message", "usage_fields"})
+    "ACK", "ALIVE", "FINISHED", "GPU_SCHEMA", "HEAD_TO_NODE", "HEARTBEAT", "KILL", "LAUNCH",
+    "MAX_NOTE", "NODE_MESSAGES", "REGISTER", "REPORT", "REREGISTER", "STARTED", "Message",
+    "usage_fields"})
 
 if TYPE_CHECKING:
     SCHEMAS = _SCHEMAS

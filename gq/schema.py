@@ -86,7 +86,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "since": _TIME, "until": _TIME, "time": _TIME, "time_limit_s": _DURATION,
     # a spec's --begin: shown as a date in every listing (1e300 made each one fail)
     "begin_time": _TIME,
-    "park_s": _DURATION, "grace_s": _DURATION,
+    "park_s": _DURATION, "grace_s": _DURATION, "head_lease_s": _DURATION,
+    # a heartbeat's number under a head lease (gq.messages.Heartbeat, Alive)
+    "beat": (0, I64),
     "gpus_total": (0, 65_535), "gpus_per_task": (0, 65_535), "ntasks": (0, 2**31),
     "ntasks_per_node": (0, 2**31), "cpus_per_task": (0, 2**31), "cpus_per_gpu": (0, 2**31),
     "mem_per_cpu": (0, I64), "mem_per_gpu": (0, I64), "nice": (-2**31, 2**31),

@@ -294,3 +294,37 @@ def test_a_job_step_gets_a_cgroup_of_its_own_under_the_jobs(tmp_path: Path) -> N
         job.remove()
         backend.close()
     assert not any(os.path.exists(d) for d in backend.node_dirs.values())
+
+
+def test_a_gqnode_stopping_while_a_shepherd_starts_keeps_the_cgroups_it_goes_into(
+        tmp_path: Path) -> None:
+    # Seen in CI: gqnode stopped 11 ms after forking a shepherd, removed its node's (still
+    # empty) cgroup directories, and the shepherd's mkdir of its run's cgroup failed (ENOENT):
+    # the run ended NODE_FAIL and the restarted node drained itself.
+    from gq.config import NodeConfig
+    from gq.node.daemon import NodeDaemon, Run
+    from gq.node.gpus import open_gpus
+    from gq.node.isolation import NodeIsolation
+
+    class NoSignals:
+        def watch_children(self) -> None:
+            pass
+
+    def node() -> tuple[NodeDaemon, list[str]]:
+        cfg = NodeConfig(cgroups="v1", cgroup_root=f"/gq-test-{os.getpid()}")
+        isolation = NodeIsolation.configured(cfg, "n1", tmp_path, [], {}, cpus=0, mem=0)
+        assert isolation.backend is not None
+        daemon = NodeDaemon("n1", "tcp://127.0.0.1:9", tmp_path, open_gpus("1"), cpus=1, mem=1,
+                            addr="n1", heartbeat_s=1.0, signals=NoSignals(),  # type: ignore[arg-type]
+                            isolation=isolation)
+        return daemon, list(isolation.backend.node_dirs.values())  # type: ignore[attr-defined]
+
+    daemon, dirs = node()
+    assert dirs and all(os.path.isdir(d) for d in dirs)
+    # A run just launched: its shepherd has not made its cgroup yet.
+    daemon.runs[(5, 0)] = Run(5, 0, tmp_path / "jobs" / "5.0", os.getpid(), 0.0, child=True)
+    daemon.close()
+    assert all(os.path.isdir(d) for d in dirs), "the node's cgroups went with a run live"
+    daemon, dirs = node()
+    daemon.close()  # no run live: they go (and come back at start)
+    assert not any(os.path.exists(d) for d in dirs)

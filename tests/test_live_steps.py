@@ -229,12 +229,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_srun_outside_a_job_says_it_needs_one(cluster: LiveCluster) -> None:
+def test_srun_outside_a_job_runs_in_a_job_of_its_own(cluster: LiveCluster) -> None:
+    """As Slurm's srun makes an allocation (`gq run`, tests/test_live_interactive.py)."""
     env = {k: v for k, v in cluster.env.items() if not k.startswith(("SLURM_", "GQ_JOB"))}
     out = subprocess.run([sys.executable, "-c",
-                          "import sys; from gq.slurm.srun import main; sys.exit(main())", "true"],
+                          "import sys; from gq.slurm.srun import main; sys.exit(main())",
+                          "sh", "-c", "echo in $SLURM_JOB_ID; exit 6"],
                          env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "no job allocation" in out.stderr, out.stderr
+    assert out.returncode == 6 and re.fullmatch(r"in \d+\n", out.stdout), out.stderr
 
 
 def test_a_step_outlives_a_restart_of_gqd(cluster: LiveCluster) -> None:

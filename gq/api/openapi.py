@@ -132,7 +132,7 @@ def _node_schema() -> dict[str, Any]:
                            "state": {"type": "string", "enum": [s.value for s in NodeState]},
                            "reason": {"type": "string"}, "addr": {"type": "string"},
                            "cpus": {"type": "integer"}, "mem": {"type": "integer"},
-                           "last_seen": _NULL_STR,
+                           "last_seen": _NULL_STR, "telemetry_stale": {"type": "boolean"},
                            "gpus": {"type": "array", "items": {"type": "object"}}}}
 
 

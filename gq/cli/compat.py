@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 def compat(directory: Optional[Path] = typer.Option(
         None, "--dir", help="where to put the commands (default: $XDG_DATA_HOME/gq/slurm-bin)"),
 ) -> int:
-    """Print the PATH line that makes sbatch, srun, squeue, scancel, sinfo, sacct and scontrol
+    """Print the PATH line that makes sbatch, srun, salloc, squeue, scancel, sinfo, sacct and scontrol
     gq's."""
     from gq.slurm import shims
     where = shims.ensure((directory or shims.user_dir()).resolve())

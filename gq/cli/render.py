@@ -326,5 +326,7 @@ def node_rows(nodes: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
                          f"{g['util']}%" if "util" in g else "-",
                          _used(g),
                          f"{g['temp']}C" if "temp" in g else "-",
-                         g.get("job") or "-", n["reason"]])
+                         g.get("job") or "-",
+                         # Why new jobs skip the GPU (its telemetry), or that it is stale.
+                         "; ".join(filter(None, (n["reason"], g.get("skip"))))])
     return headers, rows

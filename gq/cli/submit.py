@@ -17,6 +17,25 @@ from gq.errors import UsageError
 
 def register(app: typer.Typer) -> None:
     app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
+    # gq/cli/main.py hands `gq run` and `gq alloc` to gq/cli/interactive.py before typer;
+    # these entries list them in `gq --help`.
+    interactive = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+    app.command("run", context_settings=interactive)(run)
+    app.command("alloc", context_settings=interactive)(alloc)
+
+
+def run(words: Optional[list[str]] = typer.Argument(
+        None, help="gq submit's options, --pty, then the command")) -> int:
+    """Run a command in a new job, attached to this terminal (like srun --pty)."""
+    from gq.cli import interactive
+    return interactive.main("run", list(words or []))
+
+
+def alloc(words: Optional[list[str]] = typer.Argument(
+        None, help="gq submit's options, then the command (default: $SHELL)")) -> int:
+    """Hold a new job's allocation while a command runs here (like salloc)."""
+    from gq.cli import interactive
+    return interactive.main("alloc", list(words or []))
 
 
 def submit(ctx: typer.Context, **params: Any) -> int:

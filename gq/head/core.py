@@ -18,7 +18,7 @@ from typing import Any
 from gq import defaults, gcpause, protocol, requests, stepwire
 from gq.config import Config
 from gq.errors import GqError, PermissionDenied
-from gq.head import auth, gate, limits, reasons, testonly, tokens
+from gq.head import auth, gate, limits, reasons, telemetry, testonly, tokens
 from gq.head.actions import Actions
 from gq.head.admission import Admission
 from gq.head.auth import Caller
@@ -34,7 +34,7 @@ from gq.head.submits import Submits
 from gq.head.tokens import Tokens
 from gq.messages import NodeMessage
 from gq.model import Job, Node
-from gq.sched import PendingJob, Snapshot, plan
+from gq.sched import PendingJob, Snapshot, placement, plan
 from gq.sched.priority import priority_of
 from gq.sched.queue import QueueIndex
 from gq.store import Store
@@ -296,14 +296,20 @@ class Head:
             return
         usage = table.usage.at(now)
         self.queue_index.sync(pending)
-        result = plan(Snapshot(nodes=table.node_views(self.registry.nodes.values()),
-                               pending=pending, running=table.running_views(), usage=usage,
-                               queue=self.queue_index), now, self.policy)
+        rule = telemetry.Rule.of(self.cfg)
+        nodes = table.node_views(self.registry.nodes.values(),
+                                 lambda node, held: rule.limits(node, now, held))
+        # Once a node's telemetry is stale, what it rules out no longer counts: pass again then.
+        self.wake_at = min([*(rule.stale_at(self.registry.nodes[v.name]) for v in nodes
+                              if placement.telemetry_limited(v)),
+                            *(() if self.wake_at is None else (self.wake_at,))], default=None)
+        result = plan(Snapshot(nodes=nodes, pending=pending, running=table.running_views(),
+                               usage=usage, queue=self.queue_index), now, self.policy)
         table.planned(result.reservations)
         for preempt in result.preemptions:
             self.outbox.extend(table.preempt(table.jobs[preempt.victim], preempt.for_job))
         # Every job that did not start gets the pass's reason for it, written out.
-        table.set_reasons(reasons.planned(eligible, pending, result))
+        table.set_reasons(reasons.planned(eligible, pending, result, nodes))
         # A pending job's priority is worked out when shown (JobTable.shown); a running one
         # shows the priority it started with.
         rank = priority_of(now, self.policy, usage)

@@ -58,7 +58,7 @@ class HeadServer:
         #: No scheduling pass before this time (set after a failed commit).
         self.schedule_after = 0.0
         #: No pass for node events (job ends) before this time, the spacing after the last pass;
-        #: a client's change (submit, cancel, hold...) is seen by a pass before it is answered.
+        #: a client's change (submit, cancel, hold...) gets a pass in the turn that answers it.
         self.pass_after = 0.0
         #: A request handled in the batch changed the queue.
         self.client_changed = False
@@ -315,7 +315,19 @@ class HeadServer:
 
     def _iteration(self, requests: list[ClientRequest], node_msgs: list[tuple[str, bytes]],
                    now: float) -> None:
-        """Handle everything that arrived in one transaction (group commit), then send."""
+        """Handle everything that arrived in one transaction (group commit) and answer it at
+        commit; then, if one is due, a pass in a transaction of its own. A reply waits for what
+        it asked to be durable, never for a pass (issue 17): on a long queue a pass costs
+        hundreds of milliseconds. The next request is read only after the pass, so a caller's
+        next call still sees what the pass made of its change."""
+        self._handle(requests, node_msgs, now)
+        steady = time.monotonic()
+        if self.head.dirty and steady >= self.schedule_after and (
+                self.client_changed or steady >= self.pass_after):
+            self._schedule(now)
+
+    def _handle(self, requests: list[ClientRequest], node_msgs: list[tuple[str, bytes]],
+                now: float) -> None:
         replies: list[tuple[ClientRequest, bytes, bool]] = []
         self.client_changed = False
         submits = self.head.submits
@@ -330,36 +342,50 @@ class HeadServer:
                 for name, payload in node_msgs:
                     self._node(name, payload, now)
                 if submits.work():
-                    self.client_changed = True  # its jobs are seen by a pass before the answer
+                    self.client_changed = True  # its jobs are seen by a pass before the next read
                 self.head.tick(now)
-                steady = time.monotonic()
-                if self.head.dirty and steady >= self.schedule_after and (
-                        self.client_changed or steady >= self.pass_after):
-                    started = time.perf_counter()
-                    self.head.schedule(now)
-                    took = time.perf_counter() - started
-                    if self.metrics is not None:
-                        self.metrics.pass_seconds.observe(took)
-                    # A pass costs O(queue): the next waits PASS_SPACING times as long, so a
-                    # burst of job ends is one pass, not one each (on a small queue, no wait).
-                    self.pass_after = time.monotonic() + took * defaults.PASS_SPACING
         except StoreError as exc:
             # Memory went back to the last commit with the store (Head.tx); nodes stay
             # registered, and the reports not acked come again.
             log.error("%s (a batch of %d requests and %d node messages)", exc, len(requests),
                       len(node_msgs))
-            self.schedule_after = time.monotonic() + defaults.STORE_RETRY_S
-            self.head.deferred.clear()
+            self._store_failed()
             answers, submitted = submits.aborted(exc)
             replies = [(r, protocol.error(_rid_of(r.payload), exc.code, str(exc)), False)
                        if accepted else (r, data, accepted) for r, data, accepted in replies]
         else:
             answers, submitted = submits.committed()
         self.head.deferred.extend(answers)
-        # Parked `events` requests learn of the events this turn made durable (none if it failed).
-        self.head.deferred.extend(self.head.feed.after_commit(now))
         if self.metrics is not None and submitted:
             self.metrics.submitted.inc(submitted)
+        self._send(replies, now)
+
+    def _schedule(self, now: float) -> None:
+        """One pass in its own transaction; its starts go to the nodes once committed."""
+        try:
+            with self.head.tx():
+                started = time.perf_counter()
+                self.head.schedule(now)
+                took = time.perf_counter() - started
+        except StoreError as exc:
+            log.error("%s (a scheduling pass)", exc)
+            self._store_failed()
+        else:
+            if self.metrics is not None:
+                self.metrics.pass_seconds.observe(took)
+            # A pass costs O(queue): the next waits PASS_SPACING times as long, so a burst of
+            # job ends is one pass, not one each (on a small queue, no wait).
+            self.pass_after = time.monotonic() + took * defaults.PASS_SPACING
+        self._send([], now)
+
+    def _store_failed(self) -> None:
+        self.schedule_after = time.monotonic() + defaults.STORE_RETRY_S
+        self.head.deferred.clear()
+
+    def _send(self, replies: list[tuple[ClientRequest, bytes, bool]], now: float) -> None:
+        """After a commit (or its failure): replies, deferred answers, orders, mail."""
+        # Parked `events` requests learn of the events this turn made durable (none if it failed).
+        self.head.deferred.extend(self.head.feed.after_commit(now))
         for req, data, _ in replies:
             self._send_client(req.sock, req.envelope, data)
         for (sock, envelope), data in self.head.deferred:

@@ -42,7 +42,7 @@ from gq.head.launches import Launch, Launches
 from gq.head.mail import Mailer
 from gq.head.orders import Order, kills
 from gq.head.usage import Usage
-from gq.head.views import Views
+from gq.head.views import Limits, Views
 from gq.hostlist import natural_key
 from gq.model import Job, JobSpec, JobState, Node, parse_signal
 from gq.sched import NodeView, PendingJob, Policy, Reservation, RunningJob
@@ -188,8 +188,9 @@ class JobTable:
         of_running = self.views.of_running
         return tuple(of_running(j) for j in self.index.placed() if j.holds_alloc)
 
-    def node_views(self, nodes: Iterable[Node]) -> tuple[NodeView, ...]:
-        return self.views.of_nodes(nodes, self.index)
+    def node_views(self, nodes: Iterable[Node], telemetry: Limits | None = None
+                   ) -> tuple[NodeView, ...]:
+        return self.views.of_nodes(nodes, self.index, telemetry)
 
     def shown(self, jobs: Iterable[Job], now: float, policy: Policy) -> Iterator[Job]:
         """`jobs`, each pending one given its priority at `now` as it goes by. A priority is a

@@ -8,6 +8,13 @@ node was last heard from is not: it is no state of the store, and the node is al
 
 Liveness is on the steady clock (`heard`, time.monotonic() in gqd): a step of the wall clock
 marks no node DOWN (issue 13); `last_seen` (wall time) is only shown.
+
+A node with a head lease ([node] head_lease_s, in its registration) stops its jobs itself when it
+has heard nothing from gqd for that long (gq/node/lease.py; gqd answers each of its heartbeats
+with an Alive). Its lease runs from when it sent a heartbeat gqd answered, so it ends before
+`heard` plus the lease: when such a node goes DOWN, its running jobs are lost (requeued) only
+once that, with a margin for clock rates, the kill grace and a second, has passed (`doomed`), so
+no job runs in two places. A node that registers again before then keeps its jobs.
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ from typing import Any
 from gq import requests
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, UsageError
+from gq.head import telemetry
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.orders import Order
 from gq.messages import (
-    FINISHED, MAX_NOTE, STARTED, STEP_ENDED, STEP_STARTED, Ack, Heartbeat, Kill, NodeMessage,
+    FINISHED, MAX_NOTE, STARTED, STEP_ENDED, STEP_STARTED, Ack, Alive, Heartbeat, Kill,
+    NodeMessage,
     Register, Report, Reregister)
 from gq.model import JobState, Node, NodeState
 from gq.store import Store
@@ -36,6 +45,12 @@ MAX_HEALTH_TEXT = 200
 #: Drain reason of a node whose state disk is full (its heartbeat's `disk` follows): gqd lifts
 #: this drain, and no other, by itself once the node has room again.
 DISK_FULL = "node state disk full: "
+#: How much longer than a node's head lease gqd waits (on its own clock) before it requeues the
+#: jobs of a node gone silent: a fraction for two clocks' rates (real ones differ by parts per
+#: million), the jobs' kill grace (the node's stop is SIGTERM, then SIGKILL after it), and this
+#: many seconds for the stop to take effect.
+LEASE_RATE_MARGIN = 0.01
+LEASE_MARGIN_S = 1.0
 
 
 class NodeRegistry:
@@ -48,6 +63,10 @@ class NodeRegistry:
         self.registered: set[str] = set()
         #: Node name -> when it was last heard from, on the steady clock: its liveness.
         self.heard: dict[str, float] = {}
+        #: Node name -> its [node] head_lease_s, as it registered (0: none).
+        self.lease: dict[str, float] = {}
+        #: Node name -> when (steady clock) the jobs of a DOWN node with a lease are requeued.
+        self.doomed: dict[str, float] = {}
         #: Called when a node comes or its features change (where jobs may run changed).
         self.reshaped: Callable[[], None] = lambda: None
         #: A node's report that it started its tasks of a step, or that they ended
@@ -91,9 +110,16 @@ class NodeRegistry:
             self.table.touch()
         if isinstance(msg, Heartbeat):
             # (the schema has checked each key a GPU index and each value a map of readings)
+            rule = telemetry.Rule.of(self.cfg)
+            before = rule.limits(node, now, frozenset())
             node.telemetry = {int(k): v for k, v in msg.telemetry.items()}
+            node.telemetry_at = now
+            if telemetry.eased(before, rule.limits(node, now, frozenset())):
+                self.table.touch()  # a GPU cooled, or VRAM was freed: a pending job may fit
             out = self._check_health(node, list(msg.health), now)
             self._check_disk(node, msg.disk or "")
+            if msg.beat:  # the node holds a head lease: this answer renews it
+                out.append(Order(name, Alive(msg.beat)))
             return out
         return [*self._report(node, msg, now), Order(name, Ack(msg.seq))]
 
@@ -111,6 +137,9 @@ class NodeRegistry:
         self.nodes[name] = node
         self.registered.add(name)
         self.heard[name] = self.table.steady(now)
+        self.lease[name] = msg.head_lease_s
+        if self.doomed.pop(name, None) is not None:
+            log.info("node %s is back within its head lease: its jobs go on", name)
         self.store.save_node(node)
         self.table.touch()
         log.info("node %s registered: %d GPUs (%s)", name, len(gpus), msg.gpu_source or "?")
@@ -207,6 +236,26 @@ class NodeRegistry:
             silent = steady - self.heard.get(node.name, steady)
             if node.name in self.registered and node.state != NodeState.DOWN and silent > timeout:
                 out += self.node_down(node, f"no heartbeat for {silent:.0f}s", now)
+        for name, when in list(self.doomed.items()):
+            if steady >= when:
+                del self.doomed[name]
+                out += self._lease_over(name, now)
+        return out
+
+    def _lease_over(self, name: str, now: float) -> list[Order]:
+        """The head lease of DOWN node `name` has surely run out: it has stopped its jobs,
+        which are requeued now (or end NODE_FAIL, per their --retries and --no-requeue)."""
+        if name in self.registered:
+            return []
+        out: list[Order] = []
+        jobs = [j for j in self.table.index.on_node(name)
+                if j.holds_alloc and j.state == JobState.RUNNING]
+        if jobs:
+            log.warning("node %s: its head lease has run out: requeuing its %d jobs", name,
+                        len(jobs))
+        for job in jobs:
+            out += self.table.lose(job, now)
+        self.table.touch()
         return out
 
     def node_down(self, node: Node, reason: str, now: float) -> list[Order]:
@@ -220,11 +269,20 @@ class NodeRegistry:
         self.registered.discard(node.name)
         self.store.save_node(node)
         out: list[Order] = []
+        lease = self.lease.get(node.name, 0.0)
         for job in [j for j in self.table.index.on_node(node.name) if j.holds_alloc]:
-            if job.state == JobState.RUNNING:
-                out += self.table.lose(job, now)
-            else:
+            if job.state != JobState.RUNNING:
                 self.table.release(job)
+            elif not lease:
+                out += self.table.lose(job, now)
+        if lease:
+            # Its jobs may still be running there: they are requeued once it has stopped them.
+            heard = self.heard.get(node.name, self.table.steady(now))
+            when = heard + lease * (1 + LEASE_RATE_MARGIN) + self.cfg.head.kill_grace_s \
+                + LEASE_MARGIN_S
+            self.doomed[node.name] = when
+            log.warning("node %s: its jobs are requeued when its head lease (%gs) has run out, "
+                        "in %.1fs", node.name, lease, max(0.0, when - self.table.steady(now)))
         self.table.touch()
         return out
 
@@ -236,11 +294,18 @@ class NodeRegistry:
             if job.holds_alloc:
                 for node, gpus in job.alloc.items():
                     holders.update({(node, g): job.id for g in gpus})
+        held: dict[str, set[int]] = {}
+        for name, g in holders:
+            held.setdefault(name, set()).add(g)
         out = []
+        rule = telemetry.Rule.of(self.cfg)
         for each in sorted(self.nodes.values(), key=lambda n: n.name):
             data = each.to_json()
+            notes = rule.notes(each, now, frozenset(held.get(each.name, ())))
+            data["telemetry_stale"] = bool(each.telemetry) and not rule.fresh(each, now)
             for gpu in data["gpus"]:
                 gpu["job"] = holders.get((each.name, gpu["index"]))
+                gpu["skip"] = notes.get(gpu["index"])
             out.append(data)
         return {"nodes": out}
 

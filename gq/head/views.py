@@ -20,6 +20,11 @@ from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
 from gq.sched import NodeView, PendingJob, RunningJob
 
 
+#: A node and the GPUs jobs hold there -> (GPU index -> VRAM free of processes not gq's, the
+#: GPUs too hot for new jobs), from its telemetry.
+Limits = Callable[[Node, frozenset[int]], tuple[dict[int, int], frozenset[int]]]
+
+
 def _anywhere(spec: JobSpec) -> frozenset[str] | None:
     return None
 
@@ -68,8 +73,10 @@ class Views:
                                            running_view(job, ending))
         return kept[3]
 
-    def of_nodes(self, nodes: Iterable[Node], index: JobIndex) -> tuple[NodeView, ...]:
-        """Every node's view: what the jobs holding GPUs there leave free."""
+    def of_nodes(self, nodes: Iterable[Node], index: JobIndex,
+                 limits: Limits | None = None) -> tuple[NodeView, ...]:
+        """Every node's view: what the jobs holding GPUs there leave free, and what its
+        telemetry rules out (`limits`, given the GPUs jobs hold: gq/head/telemetry.py)."""
         nodes = list(nodes)
         used: dict[str, set[int]] = {n.name: set() for n in nodes}
         cpus: dict[str, int] = dict.fromkeys(used, 0)
@@ -83,8 +90,10 @@ class Views:
                         mem[node] += job.spec.mem
         views = []
         for n in nodes:
-            made_of = (frozenset(used[n.name]), n.cpus - cpus[n.name], n.mem - mem[n.name],
-                       n.state == NodeState.UP)
+            held = frozenset(used[n.name])
+            room, hot = limits(n, held) if limits is not None else ({}, frozenset())
+            made_of = (held, n.cpus - cpus[n.name], n.mem - mem[n.name],
+                       n.state == NodeState.UP, tuple(sorted(room.items())), hot)
             kept = self.nodes.get(n.name)
             # A kept view also keeps its GPU tuple, which the scheduler's caches key on. (A
             # node's GPU list is replaced when it registers, never changed in place.)
@@ -92,7 +101,8 @@ class Views:
                 have = kept[2].gpus if kept is not None and kept[0] is n.gpus else tuple(n.gpus)
                 kept = self.nodes[n.name] = (n.gpus, made_of, NodeView(
                     name=n.name, gpus=have, free=frozenset(g.index for g in have) - made_of[0],
-                    cpus_free=made_of[1], mem_free=made_of[2], schedulable=made_of[3]))
+                    cpus_free=made_of[1], mem_free=made_of[2], schedulable=made_of[3],
+                    vram_free=room, hot=hot))
             views.append(kept[2])
         return tuple(views)
 

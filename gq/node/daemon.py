@@ -25,15 +25,15 @@ from gq import defaults, keys, protocol, service
 from gq.errors import GqError
 from gq.fsutil import private_dir
 from gq.messages import (
-    FINISHED, MAX_NOTE, STARTED, Ack, HeadMessage, Heartbeat, Kill, Launch, Message, Register,
-    Report, Reregister, Step, StepKill, usage_fields)
+    FINISHED, MAX_NOTE, STARTED, Ack, Alive, HeadMessage, Heartbeat, Kill, Launch, Message,
+    Register, Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
-from gq.node import disk, shepherd, trash
+from gq.node import disk, lease, shepherd, trash
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
-from gq.node.runfiles import RunOrder, write_order
+from gq.node.runfiles import RunOrder, stop_reason, write_order
 from gq.node.runfiles import alive as _alive
 from gq.node.runfiles import proc_start as _proc_start
 from gq.node.steps import NodeSteps
@@ -62,7 +62,7 @@ class NodeDaemon:
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
                  ctx: zmq.Context | None = None, signals: service.Signals | None = None,
                  isolation: NodeIsolation | None = None, relay: str = "",
-                 features: list[str] | None = None):
+                 features: list[str] | None = None, head_lease_s: float = 0.0):
         self.name, self.head_addr, self.addr = name, head, addr
         #: Its features (--features, [node] features), which jobs' --constraint names.
         self.features = list(features or [])
@@ -79,6 +79,10 @@ class NodeDaemon:
         self.gpus = gpus.discover()
         self.cpus, self.mem = cpus, mem
         self.heartbeat_s = heartbeat_s
+        #: [node] head_lease_s: without a word from gqd for that long, the jobs here stop.
+        self.lease = lease.HeadLease(head_lease_s, state_dir / lease.FILE, time.monotonic())
+        #: Runs stopped because the lease ran out (each is stopped once).
+        self.lease_stopped: set[tuple[int, int]] = set()
         self.outbox = Outbox(state_dir / "outbox")
         self.disk = disk.StateDisk(state_dir)
         self.runs: dict[tuple[int, int], Run] = {}
@@ -139,7 +143,7 @@ class NodeDaemon:
             node=self.name, addr=self.addr, cpus=self.cpus, mem=self.mem,
             gpu_source=self.gpu_source.kind, features=tuple(self.features), gpus=tuple(self.gpus),
             running=tuple((r.job_id, r.restart) for r in self.runs.values())
-            + tuple(self._unacked_ends())))
+            + tuple(self._unacked_ends()), head_lease_s=self.lease.lease_s))
 
     def _unacked_ends(self) -> list[tuple[int, int]]:
         """(job_id, restart) of the runs whose end the outbox holds, not yet acked."""
@@ -181,7 +185,8 @@ class NodeDaemon:
         """When the loop next has a timer to serve (time.monotonic() seconds: every timer of
         gqnode's counts on the monotonic clock, so a step of the wall clock neither silences its
         heartbeats nor holds back its reports)."""
-        return min(self._next_heartbeat, self._next_adopted_check,
+        until = self.lease.until if set(self.runs) - self.lease_stopped else math.inf
+        return min(self._next_heartbeat, self._next_adopted_check, until,
                    self.health.due() if self.health else math.inf)
 
     def step(self, readable: bool) -> None:
@@ -199,6 +204,8 @@ class NodeDaemon:
             self._next_heartbeat = now + self.heartbeat_s
             self.disk.check(writes_ok=not self.outbox.unwritten)
             self._heartbeat()
+        if self.lease.expired(now) and set(self.runs) - self.lease_stopped:
+            self._lease_expired()
         self._flush_outbox(now)
 
     def _receive(self) -> None:
@@ -225,6 +232,10 @@ class NodeDaemon:
                 self.steps.acked(entry)
         elif isinstance(msg, Reregister):
             self.register()
+            self._next_heartbeat = 0.0  # under a lease, its answer renews the lease at once
+        elif isinstance(msg, Alive):
+            if self.lease.answered(msg.beat) and self.lease_stopped:
+                log.info("gqd answers again: the head lease is renewed")
         elif isinstance(msg, Step):
             run = self.runs.get((msg.job_id, msg.restart))
             self.steps.start(msg, run.dir if run else None)
@@ -283,9 +294,22 @@ class NodeDaemon:
         log.info("job %d run %d started (shepherd %d, GPUs %s)", key[0], key[1], pid,
                  list(msg.gpus))
 
-    def kill(self, msg: Kill) -> None:
+    def _lease_expired(self) -> None:
+        """Nothing from gqd for head_lease_s: gqd may be about to run these jobs elsewhere, so
+        they stop here, as a cancel stops them (SIGTERM, the grace, SIGKILL), and end NODE_FAIL
+        (requeued, if gqd has not already) when the head hears of them again."""
+        reason = lease.EXPIRED.format(lease=self.lease.lease_s)
+        for run in list(self.runs.values()):
+            key = (run.job_id, run.restart)
+            if key not in self.lease_stopped:
+                log.warning("job %d run %d: %s; stopping it", run.job_id, run.restart, reason)
+                self.lease_stopped.add(key)
+                self.kill(Kill(run.job_id, run.restart, "TERM"), reason=reason)
+
+    def kill(self, msg: Kill, reason: str = "") -> None:
         """Pass a KILL on to the run's shepherd: SIGUSR1 to kill at once; else the stop order
-        (which signal, to whom, how much grace) into the run's directory, then SIGTERM."""
+        (which signal, to whom, how much grace; `reason`: why gqnode itself stops it) into the
+        run's directory, then SIGTERM."""
         run = self.runs.get((msg.job_id, msg.restart))
         if run is None:
             return
@@ -296,7 +320,8 @@ class NodeDaemon:
                             no_kill=no_kill)
         if sig != "KILL":
             try:
-                shepherd.order_stop(run.dir, sig, msg.batch_only, msg.grace_s, no_kill=no_kill)
+                shepherd.order_stop(run.dir, sig, msg.batch_only, msg.grace_s, no_kill=no_kill,
+                                    reason=reason)
             except OSError as exc:
                 if no_kill:  # a SIGTERM without the order would stop the job: send nothing
                     log.warning("job %d run %d: cannot write its signal order (%s): not sent",
@@ -342,6 +367,10 @@ class NodeDaemon:
                       + ("; its leftover processes were killed" if killed else "")}
             if used is not None:
                 status.update(max_rss=used.max_rss, cpu_s=used.cpu_s)
+        reason = stop_reason(run.dir)
+        if reason and status["state"] == JobState.CANCELLED.value:
+            # gqnode stopped it (its head lease ran out): a node fault, not the job's end.
+            status.update(state=JobState.NODE_FAIL.value, note=reason)
         if status.get("setup_error") and not self.launch_problem:
             # The node cannot confine jobs (its cgroups, a mount): drained, as for a launch.
             self.launch_problem = f"gqnode cannot launch jobs: {status.get('note')}"
@@ -352,6 +381,7 @@ class NodeDaemon:
         if status.get("note"):
             log.warning("job %d run %d: %s", run.job_id, run.restart, status["note"])
         self.runs.pop((run.job_id, run.restart), None)
+        self.lease_stopped.discard((run.job_id, run.restart))
         self.steps.kill(run.job_id, run.restart, sig="KILL")  # nothing of it outlives it here
         log.info("job %d run %d ended %s (exit %s)", run.job_id, run.restart, status["state"],
                  status["exit_code"])
@@ -367,7 +397,7 @@ class NodeDaemon:
             health=tuple(self.gpu_source.health())
             + ((self.health.problem,) if self.health and self.health.problem else ())
             + ((self.launch_problem,) if self.launch_problem else ()),
-            disk=self.disk.problem))
+            disk=self.disk.problem, beat=self.lease.beat(time.monotonic())))
 
     def _report(self, job_id: int, restart: int, event: str, when: float, **end: Any) -> None:
         """Put a run's report in the outbox (which gives it its seq): the outbox keeps it on
@@ -404,7 +434,9 @@ class NodeDaemon:
 
     def close(self) -> None:
         trash.flush()
-        self.isolation.close()
+        # A shepherd forked just before the stop may not have made its run's cgroup yet: the
+        # node's directories it goes into stay while any run is live (they would be empty).
+        self.isolation.close(runs_live=bool(self.runs))
         if self.relay:
             self.relay.close()
         self.sock.close()

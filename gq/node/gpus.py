@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from gq.errors import UsageError
 from gq.model import Gpu, parse_gpu_spec
+from gq.units import parse_size
 
 log = logging.getLogger("gq.node.gpus")
 
@@ -16,6 +18,12 @@ FAKE_TEMP = 30
 #: In gqnode's state directory: each line `INDEX MESSAGE` makes fake GPU INDEX report MESSAGE
 #: (an XID error, say) as a health problem, so tests can break a GPU of a running node.
 FAULT_FILE = "fake-gpu-faults"
+#: In gqnode's state directory, a testing aid: each line `INDEX [used=SIZE] [temp=C] [util=PCT]`
+#: makes fake GPU INDEX report those readings (VRAM held by processes not gq's, say), read at
+#: every heartbeat, so tests can drive telemetry-aware placement (docs/SCHEDULING.md).
+TELEMETRY_FILE = "fake-gpu-telemetry"
+#: A telemetry file line's keys -> the readings they set.
+_READINGS = {"used": "mem_used", "temp": "temp", "util": "util"}
 
 
 class GpuSource(Protocol):
@@ -50,10 +58,12 @@ class FakeGpus:
 
     kind = "fake"
 
-    def __init__(self, spec: str, fault_file: Path | None = None) -> None:
+    def __init__(self, spec: str, fault_file: Path | None = None,
+                 telemetry_file: Path | None = None) -> None:
         self._gpus = parse_gpu_spec(spec)
         self._faults: list[str] = []
         self._fault_file = fault_file
+        self._telemetry_file = telemetry_file
 
     def discover(self) -> list[Gpu]:
         return list(self._gpus)
@@ -62,7 +72,32 @@ class FakeGpus:
         return {g.index: g.index for g in self._gpus}
 
     def telemetry(self) -> dict[int, dict[str, int]]:
-        return {g.index: {"util": 0, "mem_used": 0, "temp": FAKE_TEMP} for g in self._gpus}
+        out = {g.index: {"util": 0, "mem_used": 0, "temp": FAKE_TEMP} for g in self._gpus}
+        for index, readings in self._file_telemetry().items():
+            out[index].update(readings)
+        return out
+
+    def _file_telemetry(self) -> dict[int, dict[str, int]]:
+        """The readings written into the telemetry file now; a bad line is logged and skipped
+        (a node must not stop heartbeating over a test's typo)."""
+        if self._telemetry_file is None:
+            return {}
+        try:
+            lines = self._telemetry_file.read_text().splitlines()
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("%s: unreadable: %s", self._telemetry_file, exc)
+            return {}
+        out: dict[int, dict[str, int]] = {}
+        for line in filter(str.strip, lines):
+            try:
+                index, readings = _telemetry_line(line, len(self._gpus))
+            except (ValueError, UsageError) as exc:
+                log.warning("%s: bad line %r: %s", self._telemetry_file, line, exc)
+                continue
+            out.setdefault(index, {}).update(readings)
+        return out
 
     def health(self) -> list[str]:
         return [*self._faults, *self._file_faults()]
@@ -98,6 +133,21 @@ class FakeGpus:
 
     def close(self) -> None:
         pass
+
+
+def _telemetry_line(line: str, count: int) -> tuple[int, dict[str, int]]:
+    """`INDEX used=30G temp=91 util=50` -> (INDEX, readings)."""
+    first, *pairs = line.split()
+    index = int(first)
+    if not 0 <= index < count:
+        raise ValueError(f"no fake GPU {index}: this node has {count}")
+    readings = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in _READINGS or not value:
+            raise ValueError(f"expected used=SIZE, temp=C or util=PCT, not {pair!r}")
+        readings[_READINGS[key]] = parse_size(value) if key == "used" else int(value)
+    return index, readings
 
 
 class NoGpus:
@@ -203,12 +253,12 @@ class NvmlGpus:
                 log.debug("nvmlShutdown failed: %s", e)
 
 
-def open_gpus(fake_spec: str | None, nvml: Any = None,
-              fault_file: Path | None = None) -> GpuSource:
-    """FakeGpus for a spec (faults from `fault_file`); otherwise NVML, or NoGpus with a warning
-    when NVML is unavailable."""
+def open_gpus(fake_spec: str | None, nvml: Any = None, fault_file: Path | None = None,
+              telemetry_file: Path | None = None) -> GpuSource:
+    """FakeGpus for a spec (faults from `fault_file`, readings from `telemetry_file`);
+    otherwise NVML, or NoGpus with a warning when NVML is unavailable."""
     if fake_spec is not None:
-        return FakeGpus(fake_spec, fault_file)
+        return FakeGpus(fake_spec, fault_file, telemetry_file)
     if nvml is None:
         try:
             import pynvml

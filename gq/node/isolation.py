@@ -131,8 +131,10 @@ class NodeIsolation:
                    control=tuple(_char_device(os.path.join(dev_dir, f)) or (NVIDIA_MAJOR, m)
                                  for f, m in zip(NVIDIA_CONTROL_FILES, NVIDIA_CONTROL_MINORS)))
 
-    def close(self) -> None:
-        if self.backend is not None:
+    def close(self, runs_live: bool = False) -> None:
+        """gqnode stops: the node's cgroup directories go, unless a run is live (its shepherd
+        makes its own cgroup in them, perhaps only after this)."""
+        if self.backend is not None and not runs_live:
             self.backend.close()
 
     # ------------------------------------------------------------ launches

@@ -22,7 +22,7 @@ from gq.errors import GqError, start_status
 from gq.fsutil import private_dir
 from gq.model import parse_size
 from gq.node.daemon import NodeDaemon
-from gq.node.gpus import FAULT_FILE, open_gpus
+from gq.node.gpus import FAULT_FILE, TELEMETRY_FILE, open_gpus
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.virtual import VirtualNodes
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
           ctx: zmq.Context | None = None, signals: service.Signals | None = None) -> NodeDaemon:
     """The node `name` as the command line and configuration describe it."""
-    gpus = open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE)
+    gpus = open_gpus(args.fake_gpus, fault_file=state_dir / FAULT_FILE,
+                     telemetry_file=state_dir / TELEMETRY_FILE)
     cpus = args.cpus or cfg.node.cpus or os.cpu_count() or 1
     mem = parse_size(args.mem or cfg.node.mem) or psutil.virtual_memory().total
     # Virtual identities share one host: their CPU picks would collide, and a benchmark of
@@ -93,7 +94,7 @@ def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
         name=name, head=args.head or cfg.node.head, state_dir=state_dir, gpus=gpus,
         addr=args.addr or socket.gethostname(), cpus=cpus, mem=mem, isolation=isolation,
         features=args.features.split(",") if args.features is not None else cfg.node.features,
-        heartbeat_s=cfg.node.heartbeat_s,
+        heartbeat_s=cfg.node.heartbeat_s, head_lease_s=cfg.node.head_lease_s,
         curve=keys.node_keys(Path(cfg.auth.key_dir), name) if cfg.auth.curve else None,
         health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
                            cfg.node.health_check_timeout_s, state_dir / "health-check.out",

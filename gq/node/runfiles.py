@@ -168,7 +168,7 @@ def alive(pid: int, started: float) -> bool:
 
 
 def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float | None,
-               no_kill: bool = False) -> None:
+               no_kill: bool = False, reason: str = "") -> None:
     """Tell a run's shepherd how its next SIGTERM is to stop the job (gqnode, before the SIGTERM).
 
     A signal carries no data, and the shepherd may be one that a restarted gqnode adopted (not its
@@ -179,4 +179,15 @@ def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float
     order: dict[str, Any] = {"signal": signal_name, "batch_only": batch_only, "grace_s": grace_s}
     if no_kill:
         order["no_kill"] = True
+    if reason:  # gqnode's own stop (its head lease ran out): the run ends NODE_FAIL with it
+        order["reason"] = reason
     write_atomic(run_dir / STOP_FILE, json.dumps(order).encode(), mode=0o600)
+
+
+def stop_reason(run_dir: Path) -> str:
+    """Why gqnode itself stopped the run (`order_stop`'s reason), "" if it did not."""
+    try:
+        reason = json.loads(read_trusted(run_dir / STOP_FILE)).get("reason")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return reason if isinstance(reason, str) else ""

@@ -18,6 +18,7 @@ import errno
 import gc
 import io
 import json
+import math
 import os
 import pwd
 import signal
@@ -43,7 +44,7 @@ from gq.node.runfiles import (  # noqa: F401
     JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
     RunOrder, open_ours, order_stop, read_order, read_pid, read_record, read_status, read_trusted,
     record)
-from gq.node import slurmenv, stepdirs
+from gq.node import lease, slurmenv, stepdirs
 from gq.slurm import shims
 
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
@@ -164,6 +165,8 @@ def run(run_dir: Path) -> int:
         _kill_session(proc.pid)
     usage = jail.finish(lambda: _reap_orphans(proc.pid))
     state, note = jail.outcome(state, usage)
+    if state == JobState.NODE_FAIL and not note:  # only the head lease ends a job so here
+        note = lease.LAPSED
     _write_status(run_dir, state, code, started, note=note, usage=usage)
     return 0
 
@@ -365,6 +368,13 @@ def _supervise(proc: subprocess.Popen[bytes], launch: Launch, started: float,
     kill_at: float | None = None
     while (rc := proc.poll()) is None:
         now = time.monotonic()
+        # [node] head_lease_s: gqnode renews it; past its end (gqnode dead or cut off from
+        # gqd), the job stops as for a cancel and ends NODE_FAIL, for gqd to requeue.
+        lease_end = lease.lease_end(run_dir.parent.parent)
+        if ending is None and now >= lease_end:
+            ending, kill_at = JobState.NODE_FAIL, now + grace
+            stepdirs.stop_run(run_dir.parent.parent, launch.job_id, launch.restart)
+            _signal_group(proc.pid, signal.SIGTERM, jail)
         if warning and warn_at is not None and ending is None and now >= warn_at:
             _deliver(proc.pid, warning.number, warning.batch_only, jail)
             if not warning.batch_only:  # the tasks of its steps on this node too
@@ -379,8 +389,8 @@ def _supervise(proc: subprocess.Popen[bytes], launch: Launch, started: float,
         if kill_at is not None and now >= kill_at:
             _signal_group(proc.pid, signal.SIGKILL, jail)
             kill_at = None
-        timers = (warn_at, deadline) if ending is None else ()
-        wake = [t for t in (*timers, kill_at) if t is not None]
+        timers = (warn_at, deadline, lease_end) if ending is None else ()
+        wake = [t for t in (*timers, kill_at) if t is not None and t < math.inf]
         timeout = max(0.0, min(wake) - now) if wake else _IDLE_WAKE_S
         info = signal.sigtimedwait(_WATCHED, timeout)
         if info is None:

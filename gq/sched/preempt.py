@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 
 from gq.model import Gpu
 from gq.sched import share
-from gq.sched.placement import gpu_fits
-from gq.sched.types import PendingJob, Policy, RunningJob, Snapshot, Start
+from gq.sched.placement import offered
+from gq.sched.types import NodeView, PendingJob, Policy, RunningJob, Snapshot, Start
 
 #: Most blocked jobs one pass tries to preempt for (highest priority first).
 MAX_PREEMPTORS = 32
@@ -116,7 +116,7 @@ class Victims:
         """The cheapest victims on node `name` that, with its free GPUs, make room for one rank
         of `job`: (their cost, the node, their ids), or None when even all would not."""
         free = self._free_matching(name, job)
-        gpus = self.gpus[name]
+        gpus, view = self.gpus[name], self.nodes[name]
         chosen: list[int] = []
         cost = 0.0
         spent: dict[str, float] = {}
@@ -129,7 +129,7 @@ class Victims:
                 if spent.get(run.qos, 0.0) + _gpus(run) > self.budget[run.qos]:
                     continue
                 spent[run.qos] = spent.get(run.qos, 0.0) + _gpus(run)
-            gained = sum(1 for g in run.alloc[name] if _matches(gpus, job, g))
+            gained = sum(1 for g in run.alloc[name] if _matches(view, gpus, job, g))
             if gained:
                 chosen.append(run.id)
                 cost += run_cost
@@ -150,7 +150,9 @@ class Victims:
         free = self._free.get(key)
         if free is None:
             gpus = self.gpus[name]
-            free = self._free[key] = sum(1 for g in self.free[name] if _matches(gpus, job, g))
+            view = self.nodes[name]
+            free = self._free[key] = sum(1 for g in self.free[name]
+                                         if _matches(view, gpus, job, g))
         return free
 
     def _victims_of(self, qos: str, victim_qos: set[str], pool: frozenset[str],
@@ -180,6 +182,6 @@ def _gpus(run: RunningJob) -> int:
     return sum(len(g) for g in run.alloc.values())
 
 
-def _matches(gpus: dict[int, Gpu], job: PendingJob, gpu_index: int) -> bool:
+def _matches(view: NodeView, gpus: dict[int, Gpu], job: PendingJob, gpu_index: int) -> bool:
     gpu = gpus.get(gpu_index)
-    return gpu is not None and gpu_fits(gpu, job)
+    return gpu is not None and offered(view, gpu, job)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from gq.sched.placement import gpu_fits
+from gq.sched.placement import gpu_fits, offered, telemetry_limited
+from gq.model import Gpu
 from gq.sched.types import Alloc, NodeView, PendingJob, RunningJob
 
 
@@ -74,6 +75,10 @@ class NodeProfile:
                 busy[gpu] = [interval]
             else:
                 insort(intervals, interval)
+
+
+def _fits(view: NodeView, gpu: Gpu, job: PendingJob) -> bool:
+    return gpu_fits(gpu, job)
 
 
 class Profile:
@@ -225,11 +230,15 @@ class Profile:
 
     def _matching(self, node: NodeProfile, job: PendingJob) -> list[int]:
         # Keyed by the GPU tuple's identity: nodes of one kind may share one (the simulator's
-        # do), and the snapshot keeps it alive for the pass.
-        key = (id(node.view.gpus), job.gpu_type, job.gpu_mem)
+        # do), and the snapshot keeps it alive for the pass. A node whose telemetry rules GPUs
+        # out has its own entry.
+        view = node.view
+        limited = telemetry_limited(view)
+        key = (view.name if limited else id(view.gpus), job.gpu_type, job.gpu_mem)
         found = self._match_cache.get(key)
         if found is None:
-            found = self._match_cache[key] = [g.index for g in node.view.gpus if gpu_fits(g, job)]
+            fits = offered if limited else _fits
+            found = self._match_cache[key] = [g.index for g in view.gpus if fits(view, g, job)]
         return found
 
     def candidates(self, node: NodeProfile, job: PendingJob, start: float) -> list[int]:

@@ -27,6 +27,12 @@ class NodeView:
     mem_free: int = 0
     #: False for DOWN and DRAIN nodes: they take no new work.
     schedulable: bool = True
+    #: From the node's fresh telemetry (gqd's; the simulator has none, so nothing is skipped):
+    #: GPU index -> the VRAM processes that are not gq's jobs leave free on it (a GPU left out:
+    #: its total), and the GPUs too hot for new jobs. Placement offers a job only GPUs with
+    #: its --gpu-mem free that are not hot (`placement.offered`).
+    vram_free: Mapping[int, int] = field(default_factory=dict)
+    hot: frozenset[int] = frozenset()
 
 
 class Shape(NamedTuple):

@@ -1,7 +1,7 @@
 """Executables for the Slurm commands in a directory of their own, for PATH: inside a job
 (the shepherd puts its node's first, gq/node/slurmenv.py) and for `gq compat`. Each runs gq's
 command with the Python gq runs on (`-sE`: the user's site packages and PYTHON* variables,
-which a job's environment may carry, cannot break it). Only these seven are in the directory,
+which a job's environment may carry, cannot break it). Only these eight are in the directory,
 so nothing else of gq's (its python) comes before the user's own."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gq.fsutil import write_atomic
 
-COMMANDS = ("sbatch", "srun", "squeue", "scancel", "sinfo", "sacct", "scontrol")
+COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol")
 
 
 def _text(command: str) -> str:

@@ -6,7 +6,8 @@ Options are Slurm's for a step: -n, -N, --ntasks-per-node, -c, --gpus-per-task, 
 passes (--exclusive, --wait,
 --gpu-bind, --cpu-bind, --mpi, -u ...) are taken and, where gq does nothing with them, left
 alone.
-Ctrl-C (SIGINT) or SIGTERM ends the step. Outside a job srun says it needs one.
+Ctrl-C (SIGINT) or SIGTERM ends the step. Outside a job srun is `gq run` (an interactive job
+of its own, gq/cli/interactive.py: `srun --pty bash`), as Slurm's srun makes an allocation.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gq import stepwire
@@ -44,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-l", "--label", action="store_true")
     p.add_argument("-w", "--nodelist")
     p.add_argument("--jobid")
+    p.add_argument("--pty", action="store_true")
     for flag in ("--exclusive", "--overlap", "-u", "--unbuffered", "--quiet", "-Q", "-v",
                  "--verbose"):
         p.add_argument(flag, action="store_true", dest=f"ignored_{flag.strip('-')}")
@@ -61,18 +64,24 @@ def _options(p: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     srun's own options are looked at, up to the command."""
     valued = {o for a in p._actions if a.option_strings and a.nargs is None
               and a.const is None for o in a.option_strings}
+
+    def kill_on_bad_exit(word: str) -> list[str]:
+        m = re.fullmatch(r"(?:-K|--kill-on-bad-exit=)([01])", word)
+        return [word] if not m else ["-K"] if m[1] == "1" else []
+    return _rewrite(argv, valued, kill_on_bad_exit)
+
+
+def _rewrite(argv: list[str], valued: set[str], each: Callable[[str], list[str]]
+             ) -> list[str]:
+    """srun's words with its options (up to the command) rewritten: one that takes a value
+    kept with it, each other one as `each` has it; the command as it is."""
     out, i = [], 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
-        word = argv[i]
-        if word in valued:
+        if argv[i] in valued:
             out += argv[i:i + 2]
             i += 2
             continue
-        m = re.fullmatch(r"(?:-K|--kill-on-bad-exit=)([01])", word)
-        if m:
-            out += ["-K"] if m[1] == "1" else []
-        else:
-            out.append(word)
+        out += each(argv[i])
         i += 1
     return out + argv[i:]
 
@@ -158,7 +167,27 @@ def _absolute(path: str | None) -> str | None:
     return None if path is None else os.path.join(os.getcwd(), path)
 
 
+#: srun's options for steps that mean nothing to a job of its own (`gq run`): left out.
+STEP_ONLY = frozenset({"-l", "--label", "-u", "--unbuffered", "-K", "--kill-on-bad-exit",
+                       "--overlap", "-Q", "--quiet"})
+
+
+def outside_a_job(argv: list[str]) -> list[str] | None:
+    """srun's words as `gq run`'s when srun runs outside any job (else None)."""
+    if os.environ.get("SLURM_JOB_ID") or os.environ.get("GQ_JOB_ID") or any(
+            w == "--jobid" or w.startswith("--jobid=") for w in argv):
+        return None
+    from gq.cli.interactive import RUN_OPTIONS
+    valued = {f for flags, _, kind, _ in RUN_OPTIONS if kind is not bool for f in flags}
+    return _rewrite(argv, valued, lambda word: [] if word in STEP_ONLY or word.startswith(
+        "--kill-on-bad-exit=") else [word])
+
+
 def run(argv: list[str]) -> int:
+    alone = outside_a_job(argv)
+    if alone is not None:
+        from gq.cli import interactive
+        return interactive.main("run", alone, prog="srun")
     p = parser()
     args = p.parse_args(_options(p, argv))
     fields = request(args)

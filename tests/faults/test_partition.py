@@ -4,10 +4,11 @@ another node run) by a veth pair; the partition is the namespace's end of the pa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,12 +84,23 @@ def net() -> Iterator[Net]:
 @pytest.fixture
 def split_cluster(net: Net, tmp_path: Path) -> Iterator[LiveCluster]:
     """gqd and HOST on the host, CUT in the namespace: HOST drained, so jobs start on CUT."""
+    def timeouts(cfg: config_mod.Config) -> None:
+        cfg.head.node_timeout_s, cfg.node.heartbeat_s = NODE_TIMEOUT_S, HEARTBEAT_S
+
+    with split(net, tmp_path, timeouts) as live:
+        yield live
+
+
+@contextlib.contextmanager
+def split(net: Net, tmp_path: Path,
+          change: Callable[[config_mod.Config], None]) -> Iterator[LiveCluster]:
+    """A cluster as `split_cluster` makes it, its config changed by `change` too."""
     live = prepare(tmp_path)
 
     def reachable_from_the_namespace(cfg: config_mod.Config) -> None:
         port = cfg.head.node_endpoint.rsplit(":", 1)[1]
         cfg.head.node_endpoint = cfg.node.head = f"tcp://{net.host_addr}:{port}"
-        cfg.head.node_timeout_s, cfg.node.heartbeat_s = NODE_TIMEOUT_S, HEARTBEAT_S
+        change(cfg)
 
     live.configure(reachable_from_the_namespace)
     keys.ensure(live.layout.keys, [CUT])  # `gq up` makes keys only for the nodes it starts
