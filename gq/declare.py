@@ -116,9 +116,13 @@ def _form(hint: Any) -> tuple[tuple[type, ...], _Convert, _Convert]:
     none: tuple[type, ...] = ()
     if origin in (Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
+        if len(rest) == len(args) - 1:
+            none = (type(None),)
+        if all(a in _SCALARS for a in rest) and len(rest) > 1:  # a job reference: int | str
+            return tuple(t for a in rest for t in _SCALARS[a]) + none, None, None
         if len(rest) != 1:
             raise TypeError(f"no wire form for {hint!r}")
-        none, hint = (type(None),), rest[0]
+        hint = rest[0]
         origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint in _SCALARS:
         return _SCALARS[hint] + none, None, None
@@ -143,6 +147,8 @@ def declare(cls: type[_R], **rules: s.Rule) -> type[_R]:
     table, schema = [], {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         types_, to_wire, from_wire = _form(hints[f.name])
+        if f.metadata.get(_UNSET):  # None only when absent: not on the wire
+            types_ = tuple(t for t in types_ if t is not type(None))
         required = f.default is dataclasses.MISSING and \
             f.default_factory is dataclasses.MISSING
         table.append((f.name, required, to_wire, from_wire))
@@ -160,8 +166,24 @@ def declare(cls: type[_R], **rules: s.Rule) -> type[_R]:
 
 def schema_of(cls: type) -> s.Schema:
     """The schema of a declared record (a message's: its SCHEMA)."""
-    return {name: (_form(typing.get_type_hints(cls)[name])[0], required)
-            for name, required, _, _ in _TABLES[cls]}
+    unset = {f.name for f in dataclasses.fields(cls) if f.metadata.get(_UNSET)}
+    out = {}
+    for name, required, _, _ in _TABLES[cls]:
+        types_ = _form(typing.get_type_hints(cls)[name])[0]
+        if name in unset:
+            types_ = tuple(t for t in types_ if t is not type(None))
+        out[name] = (types_, required)
+    return out
+
+
+_UNSET = "gq.declare.unset"
+
+
+def unset() -> Any:
+    """The default of an optional field (`X | None = unset()`) that is None when the peer left
+    it out but may not be None on the wire: the field of a request that, given, changes
+    something (`gq update --qos`), where None is no value."""
+    return dataclasses.field(default=None, metadata={_UNSET: True})
 
 
 

@@ -7,14 +7,15 @@ with the version and type) and its decoding (`from_wire`, of a map gq.protocol h
 against the schema, so it cannot fail). gq.protocol.decode_message and encode_message are the
 two ends. A field's RANGES and LENGTHS are those of its name (gq.schema), as for every message.
 
-Client requests and their replies (the CLI, the relay, gq api) are still plain maps
-(gq.protocol's schemas).
+Client requests (the CLI, the relay, gq api) are declared the same way in gq/requests.py; their
+replies are plain maps.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any, ClassVar, Union
 
 from gq import schema as s
@@ -64,6 +65,69 @@ class ArrayTask:
 
 
 declare(ArrayTask)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What gqnode and the shepherd read of a job's spec (gq.model.JobSpec: these fields are
+    its fields, with its defaults; tests/test_messages.py holds the two to each other): the
+    script and who runs it where, its environment, and what names its SLURM_* variables and
+    confines it. The rest (dependencies, mail, the scheduler's requests ...) stays in gqd.
+    On the wire a map of these fields; an older gqd's whole spec reads as one (its other
+    fields are not read), and an older gqnode reads this map as the spec it was."""
+
+    script: str
+    name: str = "job"
+    args: tuple[str, ...] = ()
+    user: str = ""
+    uid: int = -1
+    gid: int = -1
+    cwd: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    gpus: int = 1
+    gpu_type: str | None = None
+    cpus: int = 0
+    mem: int = 0
+    qos: str | None = None
+    signal: str | None = None
+    array: str | None = None
+    account: str | None = None
+    submit_host: str = ""
+    gpus_total: int | None = None
+    gpus_per_task: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None
+    mem_per_cpu: int | None = None
+    mem_per_gpu: int | None = None
+    partition: str | None = None
+    open_mode: str | None = None
+
+    @classmethod
+    def of(cls, spec: Any) -> RunSpec:
+        """The run's part of a job spec: a JobSpec, or its map (`to_dict`)."""
+        get = spec.get if isinstance(spec, dict) else partial(getattr, spec)
+        values = {name: get(name, default) for name, default in _RUN_DEFAULTS}
+        values["args"] = tuple(values["args"])
+        values["env"] = dict(values["env"])
+        return cls(**values)
+
+
+def _args(key: str, value: list[Any], what: str) -> None:
+    """A job's arguments: strings (of any length, as gqd took them: gq.protocol.check_spec)."""
+    if not all(type(a) is str for a in value):
+        raise ProtocolError(f"{what}: {key!r} must be strings")
+
+
+#: What RunSpec's container fields hold, as gq.protocol.check_spec took them.
+_RUN_RULES: s.Rules = {"args": _args, "env": stepwire.environment}
+declare(RunSpec, **_RUN_RULES)
+#: RunSpec's fields and their defaults, for RunSpec.of.
+_RUN_DEFAULTS = tuple(
+    (f.name, () if f.name == "args" else {} if f.name == "env" else f.default)
+    for f in fields(RunSpec))
+RUN_SCHEMA = schema_of(RunSpec)
 GPU_SCHEMA = schema_of(Gpu)
 #: What `gq nodes` shows of a GPU besides its telemetry (no reading may take these names).
 _GPU_FIELDS = frozenset({*GPU_SCHEMA, "job"})
@@ -193,8 +257,8 @@ class Launch(Message):
     TYPE: ClassVar[str] = LAUNCH
     job_id: int
     restart: int
-    #: The job's spec (gq.spec's fields), from which the shepherd runs it.
-    spec: dict[str, Any]
+    #: What the run needs of the job's spec (older gqds send it whole).
+    spec: RunSpec
     #: This node's GPUs for the run.
     gpus: tuple[int, ...]
     rank: int
@@ -216,8 +280,8 @@ class Launch(Message):
     cluster: str = ""
 
 
-declare(Launch, gpus=s.each_item(s.INT, like="index"), nodelist=s.STRINGS,
-         job=s.one_map(schema_of(ArrayTask)))
+declare(Launch, spec=s.one_map(RUN_SCHEMA, _RUN_RULES), gpus=s.each_item(s.INT, like="index"),
+         nodelist=s.STRINGS, job=s.one_map(schema_of(ArrayTask)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 A message is one msgpack map with `v` (protocol version), `type`, and the type's fields.
 Requests from the CLI carry `rid`; the reply echoes it. Nothing here touches a socket.
 The messages between gqd and gqnode are typed (gq.messages: decode_message, encode_message);
-client requests and replies are maps checked against the schemas here. What each field may hold
+so are client requests (gq.requests, read in gqd); replies are maps checked against the
+schemas here. What each field may hold
 (types, ranges, lengths, rules) is checked by gq.schema.
 """
 
@@ -70,74 +71,27 @@ SPEC_SCHEMA: Schema = {f.name: (f.types, f.required) for f in spec_fields.FIELDS
 _CALLER: Schema = {"rid": (INT, False), "claim_uid": (INT, False), "claim_user": (STR, False),
                    AS_UID: (INT, False), AS_TOKEN: (STR, False)}
 
-_CLIENT_SCHEMAS: dict[str, Schema] = {
-    **stepwire.CLIENT_SCHEMAS,  # srun's: a job step's launch, status and cancel
-    PING: {},
-    SUBMIT: {"jobs": (LIST, True)},
-    # signal (scancel --signal): send it to the running jobs (only their script with
-    # batch_only) and do not end them.
-    # filter (scancel -u/-t/-n/-p ...; gq/head/select.py): the live jobs whose fields all
-    # match, only the caller's unless it names a user; with ids, only among those.
-    CANCEL: {"ids": (LIST, True), "user": (OPT_STR, False), "signal": (OPT_STR, False),
-             "batch_only": (BOOL, False), "filter": (DICT, False)},
-    # start (squeue --start): pending jobs get expected_start and expected_nodes.
-    # fields: only these of each job (names of the --json object). Paging (here and in
-    # history): with limit, the reply holds at most that many jobs, those with ids past
-    # `after`, and `next`: the `after` of the next page, or None when there is none.
-    QUEUE: {"user": (OPT_STR, False), "states": (OPT_LIST, False), "all": (BOOL, False),
-            "start": (BOOL, False), "fields": (OPT_LIST, False), "after": (INT, False),
-            "limit": (INT, False)},
-    SHOW: {"id": (REF, True)},
-    NODES: {},
-    WAIT: {"ids": (LIST, True), "park_s": (NUM, False)},
-    DRAIN: {"nodes": (LIST, True), "reason": (STR, True)},
-    RESUME: {"nodes": (LIST, True)},
-    # ids (of these, of cancel and of wait): job ids, or "ARRAYID_INDEX" strings; an array's
-    # id stands for all its tasks. Reply: done (the ids acted on) and errors (id -> why not).
-    HOLD: {"ids": (LIST, True)},
-    RELEASE: {"ids": (LIST, True)},
-    REQUEUE: {"ids": (LIST, True)},
-    # The fields given are changed (time_limit_s 0: no limit); reply as for hold.
-    UPDATE: {"ids": (LIST, True), "time_limit_s": (INT, False), "qos": (STR, False),
-             "name": (STR, False)},
-    # Jobs from the store (sacct): submitted by `until` and not ended before `since`; only
-    # those of `ids` (job ids; an array's id: its tasks) and `partition` when given.
-    HISTORY: {"since": (NUM, True), "until": (NUM, True), "user": (OPT_STR, False),
-              "states": (OPT_LIST, False), "after": (INT, False), "limit": (INT, False),
-              "ids": (OPT_LIST, False), "partition": (OPT_STR, False)},
-    # GPU-seconds of runs inside [since, until] by user, account, QOS and outcome.
-    ACCOUNTING: {"since": (NUM, True), "until": (NUM, True)},
-    # job: one spec, checked as a submit's. Reply: start (ISO time, None: no estimate),
-    # nodes, cpus, gpus, partition, reason, warnings.
-    TEST_SUBMIT: {"job": (DICT, True)},
-    # Events with seq > since (None: from now on; with oldest, from the oldest kept), only
-    # those of `user`, job `job`, array `array`, of `kinds` (job, node); at most `limit`;
-    # parked up to park_s seconds until one is committed. Reply: events, next (the since of
-    # the next request), first (the oldest kept), last (the newest committed).
-    EVENTS: {"since": (OPT_INT, False), "oldest": (BOOL, False), "user": (OPT_STR, False),
-             "job": (OPT_INT, False), "array": (OPT_INT, False), "kinds": (OPT_LIST, False),
-             "limit": (INT, False), "park_s": (NUM, False)},
-    # A token of the caller's (an admin's: of `user`), lasting expires_s seconds. Reply: the
-    # token (shown once) and its record (id, name, user, uid, created, expires, read_only).
-    TOKEN_CREATE: {"name": (OPT_STR, False), "expires_s": (NUM, False),
-                   "read_only": (BOOL, False), "user": (OPT_STR, False)},
-    # The caller's tokens (with all, an admin's: everyone's), never the tokens themselves.
-    TOKEN_LIST: {"all": (BOOL, False)},
-    # Reply as for hold: done (token ids) and errors (id -> why not).
-    TOKEN_REVOKE: {"ids": (LIST, True)},
-}
+#: Client requests declared as schemas only, here (each handler gets the checked map): none
+#: now. The rest are typed (gq/requests.py: DECLARED), their schemas added when first needed.
+_CLIENT_SCHEMAS: dict[str, Schema] = {}
+#: The client requests gq/requests.py declares (tests/test_requests.py holds the two to each
+#: other), srun's (gq/stepwire.py) among them.
+DECLARED = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME, HOLD,
+                      RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING, TEST_SUBMIT, EVENTS,
+                      TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE, *stepwire.CLIENT_REQUESTS})
 
 
-#: Message type -> its schema: the clients' here; gqd's and gqnode's are added from their
-#: declarations (gq.messages) when first needed (_node_types), so that the CLI, which sends
-#: and reads client messages only, never builds them (~20 ms of every command's start).
+#: Message type -> its schema: the replies' and those declared here; the typed messages'
+#: (gq.messages: gqd's and gqnode's; gq.requests: the clients') are added from their
+#: declarations when first needed (_node_types), so that the CLI, which sends requests and
+#: reads replies only, never builds them (~20 ms of every command's start).
 #: `protocol.SCHEMAS` (and RULES) from outside are the whole tables.
 _SCHEMAS: dict[str, Schema] = {
     **{kind: {**_CALLER, **fields} for kind, fields in _CLIENT_SCHEMAS.items()},
     REPLY: {"rid": (INT, True), "ok": (BOOL, True)},
 }
 
-CLIENT_REQUESTS = frozenset(_CLIENT_SCHEMAS)
+CLIENT_REQUESTS = frozenset(_CLIENT_SCHEMAS) | DECLARED
 
 
 class PackedItems(list):
@@ -237,7 +191,7 @@ def decode_message(frame: bytes | memoryview, allowed: frozenset[str]) -> Messag
     msg = unpack.unpack(frame, LIMITS)
     msg_type = _envelope(msg, allowed)
     read = _readers.get(msg_type)
-    if read is None:
+    if read is None or msg_type in CLIENT_REQUESTS:  # gq.requests' are read in gqd's handling
         raise ProtocolError(f"{msg_type}: not a message between gqd and gqnode")
     out: Message = read(msg)  # its fields checked as it is read
     _bounds(msg, msg_type)
@@ -263,39 +217,9 @@ def encode_message(msg: Message) -> bytes:
                          use_bin_type=True)
 
 
-#: What a filtered cancel's `filter` may name (scancel -u/-t/-n/-p ...): gq/head/select.py.
-FILTER_SCHEMA: Schema = {"user": (OPT_STR, False), "states": (OPT_LIST, False),
-                         "name": (OPT_STR, False), "partition": (OPT_STR, False),
-                         "account": (OPT_STR, False), "qos": (OPT_STR, False),
-                         "nodes": (OPT_LIST, False)}
-
-
-def _filter(key: str, value: dict[str, Any], what: str) -> None:
-    """A filter map: only FILTER_SCHEMA's fields, its lists of strings."""
-    where = f"{what}: {key}"
-    unknown = set(value) - set(FILTER_SCHEMA)
-    if unknown:
-        raise ProtocolError(f"{where}: unknown field {clip(sorted(map(str, unknown))[0])}")
-    check(value, FILTER_SCHEMA, where)
-    for name in ("states", "nodes"):
-        STRINGS(name, value.get(name) or [], where)
-
-
 #: Message type -> field -> what the field holds, checked after its type (node messages' added
 #: with their schemas, as _SCHEMAS).
-_RULES: dict[str, Rules] = {
-    **{kind: {"ids": refs} for kind in (WAIT, HOLD, RELEASE, REQUEUE, UPDATE)},
-    CANCEL: {"ids": refs, "filter": _filter},
-    SUBMIT: {"jobs": each_item(DICT)},  # each a job spec, checked (check_spec) as gqd takes it
-    SHOW: {"id": refs},
-    QUEUE: {"states": STRINGS, "fields": STRINGS},
-    HISTORY: {"states": STRINGS, "ids": each_item(INT, like="id")},
-    DRAIN: {"nodes": STRINGS},
-    RESUME: {"nodes": STRINGS},
-    EVENTS: {"kinds": STRINGS},
-    TOKEN_REVOKE: {"ids": each_item(INT, like="id")},
-    **stepwire.CLIENT_RULES,
-}
+_RULES: dict[str, Rules] = {}
 #: Each type's fields, with the envelope's.
 _KNOWN = {kind: frozenset({"v", "type", *schema}) for kind, schema in _SCHEMAS.items()}
 _loaded = False
@@ -311,8 +235,8 @@ def _node_types() -> None:
     global _loaded, _readers, _node_messages, _head_to_node
     if _loaded:
         return
-    from gq import declare, messages
-    for kind, cls in messages.TYPES.items():
+    from gq import declare, messages, requests
+    for kind, cls in [*messages.TYPES.items(), *requests.TYPES.items()]:
         _SCHEMAS[kind] = cls.SCHEMA
         if cls.RULES:
             _RULES[kind] = cls.RULES

@@ -230,10 +230,11 @@ def each_map(schema: Schema) -> Rule:
     return rule
 
 
-def one_map(schema: Schema) -> Rule:
-    """A map with `schema`'s fields; others (an older or newer peer's) are not read."""
+def one_map(schema: Schema, rules: Rules | None = None) -> Rule:
+    """A map with `schema`'s fields (holding what `rules` say); others (an older or newer
+    peer's) are not read."""
     def rule(key: str, value: dict[str, Any], what: str) -> None:
-        check(value, schema, f"{what}: {key}")
+        check(value, schema, f"{what}: {key}", rules)
     return rule
 
 

@@ -1,5 +1,5 @@
-"""The job-step messages: srun's requests to gqd (client requests, maps checked against the
-schemas here, as every client request is), the names of gqd's orders to the nodes and of the
+"""The job-step messages: the names of srun's requests to gqd (client requests, typed in
+gq/requests.py as every client request is), the names of gqd's orders to the nodes and of the
 nodes' step reports (typed messages, declared in gq/messages.py: Step, StepKill, a Report's
 STEP_STARTED and STEP_ENDED), and the rules for what their argv, env and layout hold, which both
 sides use. gq.protocol and gq.messages take them in; kept here so that steps change in one
@@ -26,29 +26,10 @@ STEP_ENDED = "step_ended"
 
 CLIENT_REQUESTS = frozenset({STEP_LAUNCH, STEP_STATUS, STEP_CANCEL})
 
-_INT, _OPT_INT, _STR, _OPT_STR = (int,), (int, type(None)), (str,), (str, type(None))
-_BOOL, _LIST, _DICT = (bool,), (list,), (dict,)
 
 #: Most tasks one node of a step runs, and longest argv item and environment value.
 MAX_NODE_TASKS, MAX_ARG, MAX_VALUE = 4096, 128 * 1024, 32 * 1024
 
-CLIENT_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
-    # A step of job `job_id` (the caller's, running) running `argv` in `cwd` with `env`
-    # (srun's environment), laid out as gq.steps.layout does; output and error: the step's
-    # files (default: the job's); label: srun -l; nodelist: srun -w, only these nodes of the
-    # job. Reply: step, ntasks, nodes.
-    STEP_LAUNCH: {"job_id": (_INT, True), "argv": (_LIST, True), "env": (_DICT, True),
-                  "cwd": (_STR, True), "ntasks": (_OPT_INT, False), "nodes": (_OPT_INT, False),
-                  "ntasks_per_node": (_OPT_INT, False), "gpus_per_task": (_OPT_INT, False),
-                  "cpus_per_task": (_OPT_INT, False), "kill_on_bad_exit": (_BOOL, False),
-                  "output": (_OPT_STR, False), "error": (_OPT_STR, False),
-                  "name": (_OPT_STR, False), "label": (_BOOL, False),
-                  "nodelist": (_LIST, False)},
-    # Reply: the step's record (gq.head.steps.step_record): state RUNNING until every node's
-    # tasks ended, exit_code.
-    STEP_STATUS: {"job_id": (_INT, True), "step": (_INT, True)},
-    STEP_CANCEL: {"job_id": (_INT, True), "step": (_INT, True)},
-}
 
 
 def command(key: str, value: list[Any], what: str) -> None:
@@ -90,5 +71,3 @@ def node_names(key: str, value: Any, what: str) -> None:
         raise ProtocolError(f"{what}: {key!r} must be node names")
 
 
-CLIENT_RULES: dict[str, dict[str, Any]] = {
-    STEP_LAUNCH: {"argv": command, "env": environment, "nodelist": node_names}}

@@ -19,7 +19,7 @@ import pytest
 from gq import config as config_mod
 from gq import protocol
 from gq.errors import ConfigError, ProtocolError
-from gq.messages import ArrayTask, Launch
+from gq.messages import ArrayTask, Launch, RunSpec
 from gq.model import Gpu
 from gq.node import cgroups as cg
 from gq.node import cgroups_bpf, cgroups_v2
@@ -267,7 +267,7 @@ def _isolation(tmp_path: Path, **over: object) -> NodeIsolation:
 
 
 def _msg(job_id: int, cpus: int = 0, mem: int = 0, gpus: list[int] | None = None) -> Launch:
-    return Launch(job_id=job_id, restart=0, spec={"cpus": cpus, "mem": mem},
+    return Launch(job_id=job_id, restart=0, spec=RunSpec("", cpus=cpus, mem=mem),
                   gpus=tuple(gpus or ()), rank=0, nodelist=("n1",), time_limit_s=0,
                   stdout="/o", stderr="/e", job=ArrayTask())
 
@@ -292,7 +292,7 @@ def test_a_run_may_open_its_own_gpus_and_the_control_devices_only(tmp_path: Path
     assert (limits.mem, limits.pids) == (100 * M, 100)
     assert plan["cgroup"]["dirs"]["memory"] == "/sys/fs/cgroup/memory/gq/n1/job_1.0"
     assert plan["tmp"] is None
-    assert job_memory({"mem": 0}, 64 << 30) == 64 << 30, "no --mem: all the node offers"
+    assert job_memory(RunSpec("", mem=0), 64 << 30) == 64 << 30, "no --mem: all the node offers"
 
 
 def test_a_restarted_gqnode_knows_the_cpus_its_adopted_runs_hold(tmp_path: Path) -> None:

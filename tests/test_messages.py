@@ -4,6 +4,7 @@ encoding and decoding derived from the declaration and agreeing with the wire as
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
 import msgpack
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from gq import messages, protocol
 from gq.errors import ProtocolError
-from gq.model import Gpu
+from gq.model import Gpu, JobSpec
 from tests.messages import EXAMPLES, bad_values, message
 
 TYPED = sorted(messages.TYPES)
@@ -32,7 +33,9 @@ def test_every_example_decodes_to_its_type_and_encodes_back_to_the_same_fields(k
     # job record, of which the typed launch keeps the array task).
     example = EXAMPLES[kind]
     if kind == protocol.LAUNCH:
-        example = {**example, "job": {}}
+        # and the run's spec, with its declared defaults filled in
+        assert again["spec"].items() >= example["spec"].items()
+        example = {**example, "job": {}, "spec": again["spec"]}
     assert {k: v for k, v in again.items() if k not in ("v", "type")} == example
     assert protocol.decode_message(protocol.encode_message(msg), frozenset({kind})) == msg
 
@@ -70,7 +73,7 @@ def test_schemas_come_from_the_declarations():
     assert messages.GPU_SCHEMA == {"index": ((int,), True), "type": ((str,), True),
                                    "memory": ((int,), True), "uuid": ((str,), False),
                                    "name": ((str,), False)}
-    assert set(protocol.RULES[protocol.LAUNCH]) == {"gpus", "nodelist", "job"}
+    assert set(protocol.RULES[protocol.LAUNCH]) == {"spec", "gpus", "nodelist", "job"}
 
 
 def test_fields_are_typed_and_frozen():
@@ -88,7 +91,7 @@ def test_fields_are_typed_and_frozen():
 
 
 def test_the_launch_carries_the_array_task_and_reads_an_older_gqds_whole_record():
-    launch = messages.Launch(1, 0, {"script": "x"}, (0,), 0, ("n1",), 0, "/o", "/e",
+    launch = messages.Launch(1, 0, messages.RunSpec("x"), (0,), 0, ("n1",), 0, "/o", "/e",
                              messages.ArrayTask(7, 3))
     assert protocol.decode(protocol.encode_message(launch))["job"] == {
         "array_job_id": 7, "array_index": 3}
@@ -99,6 +102,45 @@ def test_the_launch_carries_the_array_task_and_reads_an_older_gqds_whole_record(
     with pytest.raises(ProtocolError, match="launch: job: field 'array_index' is -1"):
         protocol.decode_message(_raw(message(protocol.LAUNCH, job={"array_index": -1})),
                                 protocol.HEAD_TO_NODE)
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+        return tuple(value) if isinstance(value, list) else value
+    return f.default
+
+
+def test_the_run_spec_is_the_part_of_a_job_spec_the_node_reads():
+    """RunSpec's fields are JobSpec's (name, type, default; a list a tuple on this side)."""
+    job = {f.name: f for f in dataclasses.fields(JobSpec)}
+    hints, job_hints = typing.get_type_hints(messages.RunSpec), typing.get_type_hints(JobSpec)
+    for f in dataclasses.fields(messages.RunSpec):
+        assert f.name in job, f.name
+        want = tuple[str, ...] if job_hints[f.name] == list[str] else job_hints[f.name]
+        assert hints[f.name] == want, f.name
+        assert _default(f) == _default(job[f.name]), f.name
+    spec = JobSpec(script="#!/bin/sh\n", args=["a"], env={"X": "1"}, uid=5, gid=6, cwd="/w",
+                   ntasks=2, dependency="afterok:1", mail_user="u", comment="c")
+    run = messages.RunSpec.of(spec)
+    assert run == messages.RunSpec.of(spec.to_dict())
+    assert (run.args, run.env, run.ntasks) == (("a",), {"X": "1"}, 2)
+    launch = messages.Launch(1, 0, run, (0,), 0, ("n1",), 0, "/o", "/e", messages.ArrayTask())
+    wire = protocol.decode(protocol.encode_message(launch))["spec"]
+    # Only the run's part travels; what an older gqnode reads by key is there.
+    assert not {"dependency", "mail_user", "comment", "nodes", "time_limit_s"} & set(wire)
+    assert {"script", "uid", "gid", "cwd", "name", "args", "env"} <= set(wire)
+    assert {k: v for k, v in spec.to_dict().items() if k in wire} == wire
+    # An older gqd sends the whole spec, None fields and all: read as the run's part.
+    old = _raw(message(protocol.LAUNCH, spec=spec.to_dict()))
+    assert protocol.decode_message(old, protocol.HEAD_TO_NODE).spec == run
+    for bad, words in (({"args": [1]}, "'args' must be strings"),
+                       ({"env": {"A=B": "x"}}, "'env' must map variable names"),
+                       ({"uid": "0"}, "field 'uid'"), ({}, "missing field 'script'")):
+        body = {**({"script": "x"} if bad else {}), **bad}
+        with pytest.raises(ProtocolError, match=f"launch: spec: .*{words}"):
+            protocol.decode_message(_raw(message(protocol.LAUNCH, spec=body)),
+                                    protocol.HEAD_TO_NODE)
 
 
 def test_a_client_request_is_no_typed_message():

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gq.messages import ArrayTask, Launch
+from gq.messages import ArrayTask, Launch, RunSpec
 from gq.node.slurmenv import array_range, batch_env, tasks_per_node
 from gq.slurm import shims
 from gq.tasks import Capacity, resolve
@@ -58,7 +58,7 @@ def _env(words: list[str], rank: int = 0, job: dict[str, Any] | None = None) -> 
     spec = resolve(_request(words, "#!/bin/sh\n#SBATCH -t 5\ntrue\n"), [NODE], 1, [])
     spec.update(user="root", uid=0, gid=0, qos="normal", partition="gpu")
     names = [f"n{i + 1}" for i in range(spec["nodes"])]
-    return batch_env(Launch(job_id=13, restart=0, spec=spec, gpus=tuple(range(spec["gpus"])),
+    return batch_env(Launch(job_id=13, restart=0, spec=RunSpec.of(spec), gpus=tuple(range(spec["gpus"])),
                             rank=rank, nodelist=tuple(names), time_limit_s=0, stdout="/o",
                             stderr="/e", job=ArrayTask(**(job or {})), cluster="gqpeer"))
 
@@ -83,7 +83,7 @@ def test_only_a_requeued_job_has_a_restart_count() -> None:
     assert "SLURM_RESTART_COUNT" not in _env(["-N", "1"])  # the peer's first runs: none
     spec = resolve(_request(["-N", "1"], "#!/bin/sh\ntrue\n"), [NODE], 1, [])
     spec.update(user="root", uid=0, gid=0)
-    env = batch_env(Launch(job_id=13, restart=2, spec=spec, gpus=(), rank=0, nodelist=("n1",),
+    env = batch_env(Launch(job_id=13, restart=2, spec=RunSpec.of(spec), gpus=(), rank=0, nodelist=("n1",),
                            time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask()))
     assert env["SLURM_RESTART_COUNT"] == "2"
 
@@ -100,7 +100,7 @@ def test_nodes_and_arrays_in_slurms_forms() -> None:
     task = _env(["-a", "1-5"], job={"array_job_id": 12, "array_index": 3})
     assert (task["SLURM_ARRAY_JOB_ID"], task["SLURM_ARRAY_TASK_ID"],
             task["SLURM_ARRAY_TASK_COUNT"]) == ("12", "3", "5")
-    assert tasks_per_node({"ntasks": 5, "ntasks_per_node": 2}, 3) == [2, 2, 1]
+    assert tasks_per_node(RunSpec.of({"script": "", "ntasks": 5, "ntasks_per_node": 2}), 3) == [2, 2, 1]
 
 
 def test_a_job_keeps_the_home_it_was_submitted_with_and_its_identity_from_passwd() -> None:
@@ -116,7 +116,7 @@ def test_a_job_keeps_the_home_it_was_submitted_with_and_its_identity_from_passwd
 
     def env_of(submitted: dict[str, str]) -> dict[str, str]:
         spec.update(user="root", uid=0, gid=0, env=submitted)
-        launch = Launch(job_id=13, restart=0, spec=spec, gpus=(), rank=0, nodelist=("n1",),
+        launch = Launch(job_id=13, restart=0, spec=RunSpec.of(spec), gpus=(), rank=0, nodelist=("n1",),
                         time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask())
         return job_env(RunOrder(launch=launch, isolation={}))
 

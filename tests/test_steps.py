@@ -190,7 +190,7 @@ def test_a_task_that_cannot_start_takes_the_started_ones_with_it(
         job_id=1, restart=0, step=0, argv=("sleep", "60"), env={"PATH": os.environ["PATH"]},
         cwd=str(tmp_path), layout=tuple(steps.to_wire(parts)), stdout=f"{tmp_path}/%t/out",
         stderr=f"{tmp_path}/%t/out")
-    spec = {"uid": os.geteuid(), "gid": os.getegid(), "cwd": str(tmp_path), "script": ""}
+    spec = messages.RunSpec("", uid=os.geteuid(), gid=os.getegid(), cwd=str(tmp_path))
     launch = messages.Launch(1, 0, spec, (), 0, ("n1",), 0, "/dev/null", "/dev/null",
                              messages.ArrayTask())
     started: list[subprocess.Popen[bytes]] = []

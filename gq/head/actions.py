@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from gq import defaults
+from gq import defaults, requests
 from gq.arrays import parse_ref
 from gq.config import Config
 from gq.errors import PermissionDenied, ProtocolError, RefusedError, UsageError
@@ -28,44 +28,46 @@ class Actions:
         #: Queues orders for nodes (sent once the turn commits).
         self.send = send
 
-    def req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        if msg.get("filter") is not None:  # scancel -u/-t/-n/-p: the live jobs it names
-            msg = {**msg, "ids": select.matching(self.table.jobs.values(),
-                                                 select.check(msg["filter"]), caller,
-                                                 msg["ids"] or None)}
-        if msg.get("signal"):
-            sig = parse_signal(msg["signal"])  # a bad name is the caller's usage error
-            batch = bool(msg.get("batch_only")) or sig.batch_only  # -b, or B:USR1
-            done, errors = self._act(msg["ids"], caller, lambda job: self._signal(job, sig.name,
-                                                                                   batch))
+    def req_cancel(self, msg: requests.Cancel, caller: Caller, client: Any, now: float) -> dict:
+        ids: Sequence[Any] = msg.ids
+        if msg.filter is not None:  # scancel -u/-t/-n/-p: the live jobs it names
+            ids = select.matching(self.table.jobs.values(), select.check(msg.filter), caller,
+                                  list(ids) or None)
+        if msg.signal:
+            sig = parse_signal(msg.signal)  # a bad name is the caller's usage error
+            batch = msg.batch_only or sig.batch_only  # -b, or B:USR1
+            done, errors = self._act(ids, caller, lambda job: self._signal(job, sig.name, batch))
         else:
-            done, errors = self._act(msg["ids"], caller,
+            done, errors = self._act(ids, caller,
                                      lambda job: self.send(self.table.cancel(job, now)))
         return {"cancelled": done, "errors": errors}
 
-    def req_update(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        changes: dict[str, Any] = {k: msg[k] for k in ("time_limit_s", "qos", "name") if k in msg}
+    def req_update(self, msg: requests.Update, caller: Caller, client: Any, now: float) -> dict:
+        changes: dict[str, Any] = {k: v for k, v in (
+            ("time_limit_s", msg.time_limit_s), ("qos", msg.qos), ("name", msg.name))
+            if v is not None}
         if not changes:
             raise UsageError("nothing to update: give --time, --qos or --name")
         if "name" in changes and not changes["name"].strip():
             raise UsageError("a job's name cannot be empty")
-        done, errors = self._act(msg["ids"], caller,
-                                 lambda job: self._update(job, caller, changes))
+        done, errors = self._act(msg.ids, caller, lambda job: self._update(job, caller, changes))
         return {"done": done, "errors": errors}
 
-    def req_hold(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        done, errors = self._act(msg["ids"], caller, lambda job: self._hold(job, caller))
+    def req_hold(self, msg: requests.Hold, caller: Caller, client: Any, now: float) -> dict:
+        done, errors = self._act(msg.ids, caller, lambda job: self._hold(job, caller))
         return {"done": done, "errors": errors}
 
-    def req_release(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        done, errors = self._act(msg["ids"], caller, lambda job: self._unhold(job, caller))
+    def req_release(self, msg: requests.Release, caller: Caller, client: Any, now: float
+                    ) -> dict:
+        done, errors = self._act(msg.ids, caller, lambda job: self._unhold(job, caller))
         return {"done": done, "errors": errors}
 
-    def req_requeue(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        done, errors = self._act(msg["ids"], caller, self._requeue)
+    def req_requeue(self, msg: requests.Requeue, caller: Caller, client: Any, now: float
+                    ) -> dict:
+        done, errors = self._act(msg.ids, caller, self._requeue)
         return {"done": done, "errors": errors}
 
-    def _act(self, refs: list[Any], caller: Caller, action: Callable[[Job], None]
+    def _act(self, refs: Sequence[Any], caller: Caller, action: Callable[[Job], None]
              ) -> tuple[list[Any], dict[str, str]]:
         """Apply `action` to each job named, and to every live task of an array named by its id
         (tasks it cannot apply to, such as running ones for a hold, are skipped unless all are).

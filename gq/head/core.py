@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gq import defaults, gcpause, protocol, stepwire
+from gq import defaults, gcpause, protocol, requests, stepwire
 from gq.config import Config
 from gq.errors import GqError, PermissionDenied
 from gq.head import auth, gate, limits, reasons, telemetry, testonly, tokens
@@ -46,7 +46,9 @@ CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
 #: Requests a read-only token may not make.
 READ_ONLY_REFUSED = CHANGING_REQUESTS | {protocol.TOKEN_REVOKE}
 
-Handler = Callable[[dict[str, Any], Caller, Any, float], "dict[str, Any] | None"]
+#: A request's handler: of its typed request (gq/requests.py; the checked map of a type
+#: declared only as a schema, srun's), the caller, the client's address and the time.
+Handler = Callable[[Any, Caller, Any, float], "dict[str, Any] | None"]
 
 
 def _monotonic(now: float) -> float:
@@ -99,9 +101,8 @@ class Head:
             protocol.TEST_SUBMIT: self._req_test_submit,
             protocol.EVENTS: self.feed.request,
             protocol.TOKEN_CREATE: lambda m, c, _, now: self.tokens.create(c, m, now),
-            protocol.TOKEN_LIST: lambda m, c, _, now: {
-                "tokens": self.tokens.listing(c, bool(m.get("all")))},
-            protocol.TOKEN_REVOKE: lambda m, c, _, now: self.tokens.revoke(c, m["ids"]),
+            protocol.TOKEN_LIST: lambda m, c, _, now: {"tokens": self.tokens.listing(c, m.all)},
+            protocol.TOKEN_REVOKE: lambda m, c, _, now: self.tokens.revoke(c, m.ids),
             stepwire.STEP_LAUNCH: self.steps.req_launch,
             stepwire.STEP_STATUS: self.steps.req_status,
             stepwire.STEP_CANCEL: self.steps.req_cancel}
@@ -196,7 +197,8 @@ class Head:
         if caller.read_only and msg["type"] in READ_ONLY_REFUSED:
             raise PermissionDenied(f"permission denied: {msg['type']} needs a token that is not "
                                    "read-only")
-        data = self._handlers[msg["type"]](msg, caller, client, now)
+        # Read once, typed; the handler reads its fields.
+        data = self._handlers[msg["type"]](requests.read(msg), caller, client, now)
         if data is not None and isinstance(codes := data.get("errors"), tokens.Refusals):
             data["error_codes"] = codes.codes  # each refusal's code, for gq api's HTTP status
         return data
@@ -213,21 +215,21 @@ class Head:
         may speak for (WAVE2 2), so a node's root acts for no one else."""
         return any(job.spec.uid == uid and job.holds_alloc for job in self.index.on_node(node))
 
-    def _req_ping(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+    def _req_ping(self, msg: requests.Ping, caller: Caller, client: Any, now: float) -> dict:
         return {"version": defaults.PROTOCOL_VERSION, "user": caller.user, "uid": caller.uid,
                 "proven": caller.proven, "pid": os.getpid(), "via": caller.via}
 
-    def _req_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+    def _req_submit(self, msg: requests.Submit, caller: Caller, client: Any, now: float
                     ) -> dict | None:
         """All or none; a big one is worked through over several loop turns (submits.py) and
         answered (None here) once committed."""
         intake = self.admission.intake(caller)
         return self.submits.submit(
-            msg["rid"], client, msg["jobs"],
+            msg.rid, client, msg.jobs,
             lambda raw: self.admission.accept_spec(protocol.check_spec(raw), caller, intake), now,
             intake.warnings)
 
-    def _req_nodes(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+    def _req_nodes(self, msg: requests.Nodes, caller: Caller, client: Any, now: float) -> dict:
         return {**self.registry.req_nodes(msg, caller, client, now),
                 "partitions": self.partitions.describe(self.registry.nodes)}
 
@@ -236,12 +238,12 @@ class Head:
         self.partitions.changed()
         self.table.views.reset()
 
-    def _req_test_submit(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+    def _req_test_submit(self, msg: requests.TestSubmit, caller: Caller, client: Any, now: float
                          ) -> dict:
         """sbatch --test-only: the job checked as a submit's, then when and where it would
         start (gq/head/testonly.py); nothing is kept."""
         intake = self.admission.intake(caller)
-        spec = self.admission.accept_spec(protocol.check_spec(msg["job"]), caller, intake)
+        spec = self.admission.accept_spec(protocol.check_spec(msg.job), caller, intake)
         return {**testonly.estimate(self.table, self.registry.nodes.values(), self.last_pending,
                                     self.policy, spec, now),
                 "warnings": list(dict.fromkeys(intake.warnings))}

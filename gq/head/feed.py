@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gq import defaults, events, protocol
+from gq import defaults, events, protocol, requests
 from gq.errors import GoneError, PermissionDenied, ProtocolError
 from gq.head.auth import Caller
 from gq.store import Store
@@ -61,20 +61,20 @@ class Feed:
         #: When events are next pruned (steady clock).
         self.prune_at = 0.0
 
-    def request(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+    def request(self, msg: requests.Events, caller: Caller, client: Any, now: float
                 ) -> dict[str, Any] | None:
         """Reply data for an `events` request, or None when it is parked."""
         wanted = _filter(msg, caller)
-        limit = msg.get("limit") or defaults.EVENTS_PAGE
+        limit = msg.limit or defaults.EVENTS_PAGE
         if limit > defaults.MAX_EVENTS_PAGE:
             raise ProtocolError(f"events: limit {limit} is over {defaults.MAX_EVENTS_PAGE}")
         first, last = self.store.event_bounds()
         last = min(last, self.committed)
-        since = msg.get("since")
+        since = msg.since
         if since is not None and since < 0:  # the field's range is a time's (history's since)
             raise ProtocolError(f"events: since is a sequence number, 0 or more, not {since}")
         if since is None:  # from now on (or, with `oldest`, from the oldest kept)
-            since = first - 1 if msg.get("oldest") else last
+            since = first - 1 if msg.oldest else last
         elif since < first - 1:
             raise GoneError(f"events after {since} are no longer kept: the oldest is {first} "
                             f"(kept {defaults.EVENTS_KEEP_S / 86400:g} days by default, "
@@ -83,10 +83,10 @@ class Feed:
             raise GoneError(f"event {since} is past the last one, {last}: was gqd's database "
                             "replaced? Start again without since")
         found, until = self._read(since, last, wanted, limit)
-        park_s = min(float(msg.get("park_s", 0.0)), defaults.MAX_PARK_S)
+        park_s = min(float(msg.park_s or 0.0), defaults.MAX_PARK_S)
         if found or park_s <= 0 or until < last:
             return self._reply(found, until, first)
-        self.parked.append(Parked(client, msg["rid"], until, wanted, limit,
+        self.parked.append(Parked(client, msg.rid, until, wanted, limit,
                                   self.steady(now) + park_s))
         return None
 
@@ -145,16 +145,16 @@ class Feed:
             self.store.prune_events(now - keep_s, keep_rows)
 
 
-def _filter(msg: dict[str, Any], caller: Caller) -> Filter:
+def _filter(msg: requests.Events, caller: Caller) -> Filter:
     """The request's filters, narrowed to what the caller may see."""
-    user = msg.get("user")
+    user = msg.user
     if user is not None and user != caller.user and not caller.admin:
         raise PermissionDenied(f"permission denied: only admins see other users' events "
                                f"({caller.user} asked for {user}'s)")
-    kinds = msg.get("kinds")
-    if kinds is not None:
-        if not all(k in events.KINDS for k in kinds):
+    kinds = None
+    if msg.kinds is not None:
+        if not all(k in events.KINDS for k in msg.kinds):
             raise ProtocolError(f"events: kinds must be among {', '.join(events.KINDS)}")
-        kinds = frozenset(kinds)
-    return Filter(uid=None if caller.admin else caller.uid, user=user, job=msg.get("job"),
-                  array=msg.get("array"), kinds=kinds)
+        kinds = frozenset(msg.kinds)
+    return Filter(uid=None if caller.admin else caller.uid, user=user, job=msg.job,
+                  array=msg.array, kinds=kinds)

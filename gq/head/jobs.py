@@ -558,7 +558,8 @@ class JobTable:
         root = head.checkpoint_root
         checkpoint_dir = f"{root.rstrip('/')}/{job.spec.user}/{job.id}" if root else ""
         master_addr = self.addr_of(nodelist[0])
-        spec = job.spec.to_dict()
+        # Of the job's spec, the run's part (gqnode and the shepherd read no more).
+        spec = messages.RunSpec.of(job.spec)
         # Of the job's record, the shepherd needs only which array task it is.
         task = messages.ArrayTask(job.array_job_id, job.array_index)
         return [Order(node, messages.Launch(

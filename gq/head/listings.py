@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gq import defaults, gcpause, protocol
+from gq import defaults, gcpause, protocol, requests
 from gq.errors import ProtocolError
 from gq.head.actions import ref
 from gq.head import tokens
@@ -50,30 +50,30 @@ class Listings:
         self.policy = policy
         self.parked: list[Parked] = []
 
-    def req_queue(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+    def req_queue(self, msg: requests.Queue, caller: Caller, client: Any, now: float) -> dict:
         """Live jobs (and with `all`, or states past running, those ended in the last
         RECENT_S), oldest first: all of them, or with `limit` a page of those after `after`."""
-        states = set(msg.get("states") or [])
-        after = msg.get("after", 0)
-        msg = {**msg, "user": tokens.listed_user(msg.get("user"), caller)}
+        states = set(msg.states or ())
+        after = msg.after
+        user = tokens.listed_user(msg.user, caller)
         live = self.table.jobs
         jobs: Iterable[Job] = (live[i] for i in _ids_after(live, after)
                                if not live[i].state.terminal)
-        if msg.get("all") or states - {"PENDING", "RUNNING"}:
+        if msg.all or states - {"PENDING", "RUNNING"}:
             recent = {j.id: j for j in self.store.finished_jobs(since=now - RECENT_S)
                       if j.id > after}  # the store's record wins, as it is the later one
             jobs = heapq.merge((j for j in jobs if j.id not in recent), recent.values(),
                                key=lambda j: j.id)
-        if user := msg.get("user"):
+        if user:
             jobs = (j for j in jobs if j.spec.user == user)
         if states:
             jobs = (j for j in jobs if j.state.value in states)
-        fields = _fields(msg)
+        fields = _fields(msg.fields, msg.TYPE)
         if fields is None or "priority" in fields:
             jobs = self.table.shown(jobs, now, self.policy)
         record = job_record(None if fields is None else tuple(fields))
-        if not msg.get("start"):
-            return _paged(jobs, record, msg.get("limit"))
+        if not msg.start:
+            return _paged(jobs, record, msg.limit)
 
         def with_start(job: Job) -> dict[str, Any]:
             # squeue --start: the scheduler's reservations of pending jobs
@@ -81,7 +81,7 @@ class Listings:
             if job.state == JobState.PENDING:
                 data.update(self._expected(job))
             return data
-        return _paged(jobs, with_start, msg.get("limit"))
+        return _paged(jobs, with_start, msg.limit)
 
     def _expected(self, job: Job) -> dict[str, Any]:
         """When and where the last pass expects a pending job to start (None: no reservation)."""
@@ -89,8 +89,8 @@ class Listings:
         return {"expected_start": iso_time(res.start) if res else None,
                 "expected_nodes": list(res.alloc) if res else None}
 
-    def req_show(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        [job] = self.table.shown([tokens.readable(self.table.lookup(ref(msg["id"])), caller)],
+    def req_show(self, msg: requests.Show, caller: Caller, client: Any, now: float) -> dict:
+        [job] = self.table.shown([tokens.readable(self.table.lookup(ref(msg.id)), caller)],
                                  now, self.policy)
         data = job.to_json()
         data.update(command=job.spec.args, script_lines=job.spec.script.count("\n") + 1,
@@ -105,14 +105,17 @@ class Listings:
         data["steps"] = [step_record(s) for s in self.store.steps_of([job.id]).get(job.id, [])]
         return {"job": data}
 
-    def req_history(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+    def req_history(self, msg: requests.History, caller: Caller, client: Any, now: float
+                    ) -> dict:
         """Jobs of the store in sacct's window, by id: up to HISTORY_MAX of them, or with
         `limit` a page of those after `after`."""
-        limit = msg.get("limit")
-        jobs = self.store.history(msg["since"], msg["until"], msg.get("user"), msg.get("states"),
-                                  after=msg.get("after", 0),
+        limit = msg.limit
+        jobs = self.store.history(msg.since, msg.until, msg.user,
+                                  None if msg.states is None else list(msg.states),
+                                  after=msg.after,
                                   limit=HISTORY_MAX if limit is None else limit + 1,
-                                  ids=msg.get("ids"), partition=msg.get("partition"))
+                                  ids=None if msg.ids is None else list(msg.ids),
+                                  partition=msg.partition)
         record, stats = job_record(), self._run_stats(jobs)
         steps = {job_id: [step_record(s) for s in rows]
                  for job_id, rows in self.store.steps_of(j.id for j in jobs).items()}
@@ -125,11 +128,11 @@ class Listings:
                                      if j.state.terminal)
         return lambda j: known.get(j.id, _NO_STATS)
 
-    def req_accounting(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+    def req_accounting(self, msg: requests.Accounting, caller: Caller, client: Any, now: float
                        ) -> dict:
         """GPU-seconds inside [since, until] by user, account, QOS and how the run ended
         (RUNNING for runs still going, counted up to now)."""
-        since, until = msg["since"], min(msg["until"], now)
+        since, until = msg.since, min(msg.until, now)
         rows = [{"user": u, "account": a, "qos": q, "state": st, "gpu_seconds": sec}
                 for u, a, q, st, sec in self.store.run_usage(since, until)]
         for job_id in self.table.launches:
@@ -143,16 +146,17 @@ class Listings:
                              "gpu_seconds": seconds})
         return {"rows": rows}
 
-    def req_wait(self, msg: dict[str, Any], caller: Caller, client: Any, now: float
+    def req_wait(self, msg: requests.Wait, caller: Caller, client: Any, now: float
                  ) -> dict | None:
         # An array's id waits for all its tasks.
-        jobs = [job for raw in msg["ids"] for job in self.table.expand(ref(raw))]
+        jobs = [job for raw in msg.ids for job in self.table.expand(ref(raw))]
         ids = [job.id for job in jobs]
         if all(j.state.terminal for j in jobs):
             return {"done": True,
                     "jobs": [j.to_json() for j in self.table.shown(jobs, now, self.policy)]}
-        timeout = min(float(msg.get("park_s", defaults.WAIT_POLL_S)), 300.0)
-        self.parked.append(Parked(client=client, rid=msg["rid"], ids=ids,
+        park_s = defaults.WAIT_POLL_S if msg.park_s is None else msg.park_s
+        timeout = min(float(park_s), 300.0)
+        self.parked.append(Parked(client=client, rid=msg.rid, ids=ids,
                                   deadline=self.table.steady(now) + timeout))
         return None
 
@@ -185,13 +189,12 @@ def _ids_after(jobs: dict[int, Job], after: int) -> list[int]:
     return ids[bisect.bisect_right(ids, after):]
 
 
-def _fields(msg: dict[str, Any]) -> list[str] | None:
-    """The job fields a listing asks for (None: all of them)."""
-    fields = msg.get("fields")
+def _fields(fields: Sequence[str] | None, kind: str) -> Sequence[str] | None:
+    """The job fields a listing (of request type `kind`) asks for (None: all of them)."""
     if fields is not None:
         for name in fields:
             if not isinstance(name, str) or name not in JOB_FIELDS:
-                raise ProtocolError(f"{msg['type']}: unknown job field {name!r}")
+                raise ProtocolError(f"{kind}: unknown job field {name!r}")
     return fields
 
 

@@ -20,9 +20,10 @@ no job runs in two places. A node that registers again before then keeps its job
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from gq import requests
 from gq.config import Config
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, UsageError
 from gq.head import telemetry
@@ -287,7 +288,7 @@ class NodeRegistry:
 
     # ------------------------------------------------------------ admin requests
 
-    def req_nodes(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+    def req_nodes(self, msg: requests.Nodes, caller: Caller, client: Any, now: float) -> dict:
         holders: dict[tuple[str, int], int] = {}
         for job in self.table.index.placed():
             if job.holds_alloc:
@@ -308,19 +309,19 @@ class NodeRegistry:
             out.append(data)
         return {"nodes": out}
 
-    def req_drain(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
+    def req_drain(self, msg: requests.Drain, caller: Caller, client: Any, now: float) -> dict:
         """Take nodes out of scheduling; running jobs carry on (Slurm's DRAIN)."""
-        nodes = self._admin_nodes(msg, caller)
-        if not msg["reason"].strip():
+        nodes = self._admin_nodes(msg.nodes, caller)
+        if not msg.reason.strip():
             raise UsageError("a drain needs a reason (--reason)")
-        if msg["reason"].startswith(DISK_FULL):  # so that no admin's drain is ever lifted
+        if msg.reason.startswith(DISK_FULL):  # so that no admin's drain is ever lifted
             raise UsageError(f"drain reasons starting {DISK_FULL.strip()!r} are gqnode's own")
         for node in nodes:
-            self._drain(node, msg["reason"])
+            self._drain(node, msg.reason)
         return {"nodes": [n.name for n in nodes]}
 
-    def req_resume(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        nodes = self._admin_nodes(msg, caller)
+    def req_resume(self, msg: requests.Resume, caller: Caller, client: Any, now: float) -> dict:
+        nodes = self._admin_nodes(msg.nodes, caller)
         for node in nodes:
             self._keep(node)
             if node.state == NodeState.DRAIN:
@@ -339,11 +340,10 @@ class NodeRegistry:
         node.reason = node.drain_reason = reason
         self.store.save_node(node)
 
-    def _admin_nodes(self, msg: dict[str, Any], caller: Caller) -> list[Node]:
+    def _admin_nodes(self, names: Sequence[str], caller: Caller) -> list[Node]:
         if not caller.admin:
             raise PermissionDenied(f"permission denied: only admins manage nodes "
                                    f"({caller.user} is not in [auth] admins)")
-        names = msg["nodes"]
         if not all(isinstance(n, str) for n in names):
             raise ProtocolError("nodes must be names")
         unknown = [n for n in names if n not in self.nodes]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gq import messages, protocol, stepstore
+from gq import messages, protocol, requests, stepstore
 from gq import steps as layout_mod
 from gq.errors import NotFoundError, PermissionDenied, ProtocolError, RefusedError
 from gq.head import reasons
@@ -106,8 +106,9 @@ class Steps:
 
     # ------------------------------------------------------------ requests
 
-    def req_launch(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        job = self._job(msg["job_id"], caller, changing=True)
+    def req_launch(self, msg: requests.StepLaunch, caller: Caller, client: Any, now: float
+                   ) -> dict:
+        job = self._job(msg.job_id, caller, changing=True)
         if job.state != JobState.RUNNING or not job.alloc or job.reason in reasons.STOPPING:
             raise RefusedError(f"job {job.id} is {job.state.value}, not running: srun starts "
                                "steps only inside a running job")
@@ -115,23 +116,23 @@ class Steps:
             raise RefusedError(f"job {job.id} has {MAX_LIVE_STEPS} steps running already")
         nodelist = list(job.alloc)
         parts = layout_mod.layout(
-            nodelist, {n: list(g) for n, g in job.alloc.items()}, ntasks=msg.get("ntasks"),
-            nodes=msg.get("nodes"), ntasks_per_node=msg.get("ntasks_per_node"),
-            gpus_per_task=msg.get("gpus_per_task"), only=msg.get("nodelist"))
+            nodelist, {n: list(g) for n, g in job.alloc.items()}, ntasks=msg.ntasks,
+            nodes=msg.nodes, ntasks_per_node=msg.ntasks_per_node,
+            gpus_per_task=msg.gpus_per_task,
+            only=None if msg.nodelist is None else list(msg.nodelist))
         step_id = max([stepstore.next_step(self.store.conn, job.id),
                        *(s.step + 1 for s in self.live.values() if s.job_id == job.id)])
-        name = msg.get("name") or os.path.basename(msg["argv"][0])[:256]
-        stdout = self._path(msg.get("output"), msg["cwd"], job, step_id) \
-            or job.output_path("output")
-        stderr = self._path(msg.get("error"), msg["cwd"], job, step_id) \
-            or (stdout if msg.get("output") else job.output_path("error"))
+        name = msg.name or os.path.basename(msg.argv[0])[:256]
+        stdout = self._path(msg.output, msg.cwd, job, step_id) or job.output_path("output")
+        stderr = self._path(msg.error, msg.cwd, job, step_id) \
+            or (stdout if msg.output else job.output_path("error"))
         order = messages.Step(
-            job_id=job.id, restart=job.restart_count, step=step_id, argv=tuple(msg["argv"]),
-            env=dict(msg["env"]), cwd=msg["cwd"], layout=tuple(layout_mod.to_wire(parts)),
-            stdout=stdout, stderr=stderr, kill_on_bad_exit=bool(msg.get("kill_on_bad_exit")),
+            job_id=job.id, restart=job.restart_count, step=step_id, argv=msg.argv,
+            env=dict(msg.env), cwd=msg.cwd, layout=tuple(layout_mod.to_wire(parts)),
+            stdout=stdout, stderr=stderr, kill_on_bad_exit=msg.kill_on_bad_exit,
             master_addr=self.table.addr_of(nodelist[0]) or nodelist[0],
-            cpus_per_task=msg.get("cpus_per_task"),
-            grace_s=float(self.table.cfg.head.kill_grace_s), label=bool(msg.get("label")))
+            cpus_per_task=msg.cpus_per_task,
+            grace_s=float(self.table.cfg.head.kill_grace_s), label=msg.label)
         try:
             # What each node will check (its file paths, made here from srun's -o/-e and its
             # cwd, may come out too long): a refused order would be resent, and srun wait, for
@@ -149,22 +150,24 @@ class Steps:
                  ",".join(step.nodes))
         return {"step": step_id, "ntasks": step.ntasks, "nodes": step.nodes}
 
-    def req_status(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        job = self._job(msg["job_id"], caller)
+    def req_status(self, msg: requests.StepStatus, caller: Caller, client: Any, now: float
+                   ) -> dict:
+        job = self._job(msg.job_id, caller)
         if job.state != JobState.RUNNING:
             self.sweep(now)
-        step = self.live.get((job.id, msg["step"]))
+        step = self.live.get((job.id, msg.step))
         if step is not None:
             return step_record(step.row())
         rows = stepstore.of_jobs(self.store.conn, [job.id]).get(job.id, [])
         for row in rows:
-            if row["step"] == msg["step"]:
+            if row["step"] == msg.step:
                 return step_record(row)
-        raise NotFoundError(f"job {job.id} has no step {msg['step']}")
+        raise NotFoundError(f"job {job.id} has no step {msg.step}")
 
-    def req_cancel(self, msg: dict[str, Any], caller: Caller, client: Any, now: float) -> dict:
-        job = self._job(msg["job_id"], caller, changing=True)
-        step = self.live.get((job.id, msg["step"]))
+    def req_cancel(self, msg: requests.StepCancel, caller: Caller, client: Any, now: float
+                   ) -> dict:
+        job = self._job(msg.job_id, caller, changing=True)
+        step = self.live.get((job.id, msg.step))
         if step is None:
             return {"done": False}
         self.send(_kills(step))

@@ -23,7 +23,7 @@ import logging
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +97,7 @@ class Submits:
     def busy(self) -> bool:
         return bool(self.queue)
 
-    def submit(self, rid: int, client: Any, raws: list[Any], accept: Callable[[Any], JobSpec],
+    def submit(self, rid: int, client: Any, raws: Sequence[Any], accept: Callable[[Any], JobSpec],
                now: float, warnings: list[str] | None = None) -> dict[str, Any] | None:
         """A submit request: its reply data when it is done within this turn's slice, else
         None (it is answered from a later turn through `committed`). `accept` checks a raw spec
@@ -242,7 +242,7 @@ class Submits:
                 log.exception("job %d is in the store but gqd could not take it into memory; "
                               "it is taken when gqd starts again", job.id)
 
-    def _work(self, sub: Submission, raws: list[Any], accept: Callable[[Any], JobSpec],
+    def _work(self, sub: Submission, raws: Sequence[Any], accept: Callable[[Any], JobSpec],
               now: float) -> Generator[None, None, None]:
         """Check the specs, then stage their rows: yields every few dozen specs or rows. Its
         jobs are `sub.made` once staging ended (in this turn's transaction)."""

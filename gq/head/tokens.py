@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from gq import defaults
+from gq import defaults, requests
 from gq.errors import (GqError, NotFoundError, PermissionDenied, RefusedError, Unauthenticated,
                        UsageError)
 from gq.head.auth import VIA_API, Caller
@@ -67,28 +68,28 @@ class Tokens:
         self.by_digest = {row[1]: Token(row[0], row[1], row[2], row[3], row[4], row[5], row[6],
                                         bool(row[7])) for row in self.store.load_tokens()}
 
-    def create(self, caller: Caller, msg: dict[str, Any], now: float) -> dict[str, Any]:
+    def create(self, caller: Caller, msg: requests.TokenCreate, now: float) -> dict[str, Any]:
         """A new token of the caller's (an admin may make one for `user`): its one showing."""
         if not caller.proven or caller.via.startswith("api "):
             raise PermissionDenied(
                 "permission denied: a token can be made only by a user the kernel vouches for "
                 "(gqd's ipc socket, a login host's relay, a job's node); not over TCP or gq api")
         uid, user = caller.uid, caller.user
-        if msg.get("user") not in (None, caller.user):
+        if msg.user is not None and msg.user != caller.user:
             if not caller.admin:
                 raise PermissionDenied("permission denied: only admins make tokens for others")
-            uid, user = _uid_of(msg["user"]), msg["user"]
-        expires_s = msg.get("expires_s", defaults.TOKEN_EXPIRES_S)
+            uid, user = _uid_of(msg.user), msg.user
+        expires_s = defaults.TOKEN_EXPIRES_S if msg.expires_s is None else msg.expires_s
         if not 0 < expires_s <= defaults.MAX_TOKEN_EXPIRES_S:
             raise UsageError(f"bad --expires {expires_s:g}s: expected more than 0 and at most "
                              f"{defaults.MAX_TOKEN_EXPIRES_S // 86400} days")
-        name = (msg.get("name") or "").strip()[:defaults.MAX_TOKEN_NAME] or "token"
+        name = (msg.name or "").strip()[:defaults.MAX_TOKEN_NAME] or "token"
         if sum(t.uid == uid for t in self.by_digest.values()) >= defaults.MAX_TOKENS_PER_USER:
             raise RefusedError(f"{user} has {defaults.MAX_TOKENS_PER_USER} tokens already: "
                                "revoke some (gq token list, gq token revoke ID)")
         token = PREFIX + secrets.token_urlsafe(32)
         found = Token(0, digest(token), uid, user, name, now, now + expires_s,
-                      bool(msg.get("read_only")))
+                      msg.read_only)
         found.id = self.store.add_token(found.digest, uid, user, name, now, found.expires,
                                         found.read_only)
         self.by_digest[found.digest] = found
@@ -100,7 +101,7 @@ class Tokens:
         return [t.record() for t in sorted(self.by_digest.values(), key=lambda t: t.id)
                 if everyone or t.uid == caller.uid]
 
-    def revoke(self, caller: Caller, ids: list[Any]) -> dict[str, Any]:
+    def revoke(self, caller: Caller, ids: Sequence[Any]) -> dict[str, Any]:
         by_id = {t.id: t for t in self.by_digest.values()}
         done, errors = [], {}
         for raw in ids:

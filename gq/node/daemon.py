@@ -146,10 +146,8 @@ class NodeDaemon:
             + tuple(self._unacked_ends()), head_lease_s=self.lease.lease_s))
 
     def _unacked_ends(self) -> list[tuple[int, int]]:
-        """(job_id, restart) of the runs whose end the outbox holds, not yet acked (it keeps
-        reports' wire forms: Report.wire's, and older gqnodes' of the same keys)."""
-        return [(e["job_id"], e["restart"]) for e in self.outbox.entries()
-                if e.get("event") == FINISHED]
+        """(job_id, restart) of the runs whose end the outbox holds, not yet acked."""
+        return [(e.job_id, e.restart) for e in self.outbox.entries() if e.event == FINISHED]
 
     # ------------------------------------------------------------ the loop
 
@@ -228,8 +226,8 @@ class NodeDaemon:
             self.kill(msg)
         elif isinstance(msg, Ack):
             entry = self.outbox.ack(msg.seq)
-            if entry and entry.get("event") == FINISHED:
-                trash.remove(self.jobs_dir / f"{entry['job_id']}.{entry['restart']}")
+            if entry and entry.event == FINISHED:
+                trash.remove(self.jobs_dir / f"{entry.job_id}.{entry.restart}")
             elif entry:
                 self.steps.acked(entry)
         elif isinstance(msg, Reregister):
@@ -402,10 +400,10 @@ class NodeDaemon:
             disk=self.disk.problem, beat=self.lease.beat(time.monotonic())))
 
     def _report(self, job_id: int, restart: int, event: str, when: float, **end: Any) -> None:
-        """Put a run's report in the outbox (which gives it its seq), as its wire form: the
-        outbox keeps it on disk until gqd acks it. `end`: a finished run's Report fields."""
+        """Put a run's report in the outbox (which gives it its seq): the outbox keeps it on
+        disk until gqd acks it. `end`: a finished run's Report fields."""
         self.outbox.put(Report(node=self.name, seq=0, job_id=job_id, restart=restart,
-                               event=event, time=when, **end).wire())
+                               event=event, time=when, **end))
 
     def _flush_outbox(self, now: float) -> None:
         held = self.outbox.unwritten
@@ -425,13 +423,7 @@ class NodeDaemon:
                 self.launch_problem = f"gqnode cannot write its outbox: {exc}"
                 log.error("%s", self.launch_problem)
                 self._next_heartbeat = 0.0
-        for entry in self.outbox.due(now, defaults.OUTBOX_RESEND_S):
-            try:
-                report = Report.from_wire(entry)
-            except (KeyError, TypeError) as exc:  # not a report this gqnode wrote: junk
-                log.warning("dropping outbox entry %s: %r", entry.get("seq"), exc)
-                self.outbox.ack(entry["seq"])
-                continue
+        for report in self.outbox.due(now, defaults.OUTBOX_RESEND_S):
             self._send(report)
 
     def _send(self, msg: Message) -> None:

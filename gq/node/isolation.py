@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 
 from gq import defaults
-from gq.messages import Launch
+from gq.messages import Launch, RunSpec
 from gq.model import Gpu, JobState, format_size
 from gq.node import cgroups as cg
 from gq.node import privatetmp
@@ -42,10 +42,10 @@ LAUNCH_KEY = "isolation"
 __all__ = ["NodeIsolation", "RunIsolation", "SetupError", "job_memory"]
 
 
-def job_memory(spec: dict[str, Any], node_mem: int) -> int | None:
+def job_memory(spec: RunSpec, node_mem: int) -> int | None:
     """A job's memory limit in bytes: its --mem, else all the node offers to jobs (`[node]
     mem`). The one place it is computed, so that --mem-per-cpu and --mem-per-gpu plug in here."""
-    return int(spec.get("mem") or 0) or node_mem or None
+    return int(spec.mem or 0) or node_mem or None
 
 
 def gpu_devices(gpus: list[Gpu], minors: dict[int, int], dev_dir: str
@@ -144,7 +144,7 @@ class NodeIsolation:
         key = (launch.job_id, launch.restart)
         own = {self.devices[i] for i in launch.gpus if i in self.devices}
         limits = Limits(mem=job_memory(launch.spec, self.mem),
-                        cpus=self._take_cpus(key, int(launch.spec.get("cpus") or 0)),
+                        cpus=self._take_cpus(key, int(launch.spec.cpus or 0)),
                         pids=self.pids_max or None, deny=tuple(sorted(self.all_gpus - own)),
                         allow=tuple(sorted(own | set(self.control))))
         return {"limits": limits.to_dict(),

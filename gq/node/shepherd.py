@@ -35,7 +35,7 @@ import msgpack
 
 from gq.errors import GqError
 from gq.fsutil import write_atomic
-from gq.messages import Launch
+from gq.messages import Launch, RunSpec
 from gq.model import JobSignal, JobState, parse_signal
 from gq.node import cgroupfs as cg
 from gq.node.isolation import RunIsolation, SetupError
@@ -201,13 +201,13 @@ def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Pop
     uid, gid, switch = owner(spec)
     jail.prepare(uid, gid)
     script = run_dir / "script"
-    write_atomic(script, spec["script"].encode(), mode=0o700, durable=False)  # run at once
+    write_atomic(script, spec.script.encode(), mode=0o700, durable=False)  # run at once
     if switch:
         os.chown(script, uid, gid)
         os.chown(run_dir, uid, gid)
     env = job_env(order, str(shims.ensure(run_dir.parent.parent / "slurm-bin")))
     # --open-mode: append, truncate; else truncate the first run's files, append a requeue's.
-    mode = spec.get("open_mode")
+    mode = spec.open_mode
     append = mode == "append" or (mode is None and launch.restart > 0)
     holder = launch.rank > 0
     with _as_user(uid, gid, switch):
@@ -218,13 +218,13 @@ def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Pop
             out = _open_output(launch.stdout, append=append)
             err = out if launch.stderr == launch.stdout else \
                 _open_output(launch.stderr, append=append)
-    command = HOLDER_ARGV if holder else [str(script), *spec.get("args", [])]
+    command = HOLDER_ARGV if holder else [str(script), *spec.args]
     # The command may be wrapped (systemd-run, which then switches to the user itself).
     argv, popen_switch = jail.command(slurmenv.task_pid_argv(command), uid, gid, switch)
     try:
         with _signals_unblocked(), jail.spawning():
             return subprocess.Popen(
-                argv, cwd=spec["cwd"], env=env,
+                argv, cwd=spec.cwd, env=env,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
                 user=uid if popen_switch else None, group=gid if popen_switch else None,
                 extra_groups=_groups(uid, gid) if popen_switch else None, close_fds=True)
@@ -234,9 +234,9 @@ def _start(run_dir: Path, order: RunOrder, jail: RunIsolation) -> subprocess.Pop
             os.close(err)
 
 
-def owner(spec: dict[str, Any]) -> tuple[int, int, bool]:
+def owner(spec: RunSpec) -> tuple[int, int, bool]:
     """The uid and gid a job (and its steps) runs as, and whether we switch to them."""
-    uid, gid = spec["uid"], spec["gid"]
+    uid, gid = spec.uid, spec.gid
     if os.geteuid() != 0 and uid != os.geteuid():
         # Only root can become the job's owner; running it as gqnode's user instead would be
         # running someone's job as someone else.
@@ -307,9 +307,9 @@ def job_env(order: RunOrder, slurm_bin: str | None = None) -> dict[str, str]:
     PATH."""
     launch = order.launch
     spec, task = launch.spec, launch.job
-    env = dict(spec.get("env") or {})
+    env = dict(spec.env or {})
     try:
-        pw = pwd.getpwuid(spec["uid"])
+        pw = pwd.getpwuid(spec.uid)
         # Who the job runs as, from the passwd entry, whatever the submitter's shell had.
         env.update(USER=pw.pw_name, LOGNAME=pw.pw_name)
         # HOME and SHELL are where the job looks for its files and what runs its commands, not
@@ -333,14 +333,14 @@ def job_env(order: RunOrder, slurm_bin: str | None = None) -> dict[str, str]:
     nodelist = launch.nodelist
     job_id = str(launch.job_id)
     ours = {
-        "GQ_JOB_ID": job_id, "GQ_JOB_NAME": spec.get("name", ""),
+        "GQ_JOB_ID": job_id, "GQ_JOB_NAME": spec.name,
         "GQ_NODELIST": ",".join(nodelist), "GQ_NODE_RANK": str(launch.rank),
         "GQ_NUM_NODES": str(len(nodelist)), "GQ_GPUS": gpus,
         # NVML numbers GPUs in PCI bus order; make CUDA agree so the indices mean the same GPUs.
         "CUDA_VISIBLE_DEVICES": gpus, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "GQ_CHECKPOINT_DIR": launch.checkpoint_dir or os.path.join(
-            env["HOME"] if "HOME" in env else spec["cwd"], ".gq", "checkpoints", job_id),
-        "GQ_RESTART_COUNT": str(launch.restart), "GQ_SUBMIT_DIR": spec["cwd"],
+            env["HOME"] if "HOME" in env else spec.cwd, ".gq", "checkpoints", job_id),
+        "GQ_RESTART_COUNT": str(launch.restart), "GQ_SUBMIT_DIR": spec.cwd,
         # Slurm's names too, so existing batch scripts keep working.
         **slurmenv.batch_env(launch),
     }
@@ -419,7 +419,7 @@ def _supervise(proc: subprocess.Popen[bytes], launch: Launch, started: float,
 
 
 def _job_signal(launch: Launch) -> JobSignal | None:
-    text = launch.spec.get("signal")
+    text = launch.spec.signal
     try:
         return parse_signal(text) if text else None
     except GqError as exc:  # the head checked it at submit; a bad one must not end supervision
@@ -543,7 +543,7 @@ def _kill_session(sid: int) -> None:
 
 def _note(launch: Launch, text: str) -> None:
     """Tell the job's owner why it did not start, in its error file (only as that owner)."""
-    if os.geteuid() != launch.spec["uid"]:
+    if os.geteuid() != launch.spec.uid:
         return  # root would write where the user may not; the status note says it instead
     with contextlib.suppress(OSError):
         with open(launch.stderr, "a") as f:

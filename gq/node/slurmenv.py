@@ -11,21 +11,19 @@ environment from the same pieces (`batch_env` is the batch step's).
 
 from __future__ import annotations
 
-from typing import Any
-
 from gq.hostlist import compress, counted
-from gq.messages import Launch
+from gq.messages import Launch, RunSpec
 
 MIB = 1024 * 1024
 
 
-def tasks_per_node(spec: dict[str, Any], nodes: int) -> list[int]:
+def tasks_per_node(spec: RunSpec, nodes: int) -> list[int]:
     """The job's tasks on each node, as Slurm's block layout puts them (`-n 3` on two nodes:
     2 and 1); a job that names no tasks has, as in Slurm, one a CPU (at least one)."""
-    ntasks = spec.get("ntasks")
+    ntasks = spec.ntasks
     if not ntasks:
-        return [max(1, spec.get("cpus") or 1)] * nodes
-    most = spec.get("ntasks_per_node") or -(-ntasks // nodes)
+        return [max(1, spec.cpus or 1)] * nodes
+    most = spec.ntasks_per_node or -(-ntasks // nodes)
     out, left = [], ntasks
     for _ in range(nodes):
         here = max(0, min(most, left))
@@ -44,9 +42,9 @@ def array_range(text: str) -> dict[str, str]:
             "SLURM_ARRAY_TASK_MAX": str(indices[-1]), "SLURM_ARRAY_TASK_STEP": step}
 
 
-def _typed(spec: dict[str, Any], count: int) -> str:
+def _typed(spec: RunSpec, count: int) -> str:
     """A GPU count as given, with its type (`l40s:1`) when one was asked for."""
-    return f"{spec['gpu_type']}:{count}" if spec.get("gpu_type") else str(count)
+    return f"{spec.gpu_type}:{count}" if spec.gpu_type else str(count)
 
 
 def batch_env(launch: Launch) -> dict[str, str]:
@@ -57,21 +55,21 @@ def batch_env(launch: Launch) -> dict[str, str]:
     rank, node = launch.rank, launch.nodelist[launch.rank]
     job_id, nodes = str(launch.job_id), len(nodelist)
     layout = tasks_per_node(spec, nodes)
-    cpus_here = spec.get("cpus") or layout[rank] or 1
+    cpus_here = spec.cpus or layout[rank] or 1
     env = {
-        "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": spec.get("name", ""),
-        "SLURM_JOB_USER": spec.get("user") or "", "SLURM_JOB_UID": str(spec["uid"]),
-        "SLURM_JOB_GID": str(spec["gid"]), "SLURM_SUBMIT_DIR": spec["cwd"],
-        "SLURM_SUBMIT_HOST": spec.get("submit_host") or "",
-        "SLURM_JOB_PARTITION": (spec.get("partition") or "").split(",")[0],
-        "SLURM_JOB_QOS": spec.get("qos") or "",
-        "SLURM_JOB_ACCOUNT": spec.get("account") or spec.get("user") or "",
+        "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": spec.name,
+        "SLURM_JOB_USER": spec.user or "", "SLURM_JOB_UID": str(spec.uid),
+        "SLURM_JOB_GID": str(spec.gid), "SLURM_SUBMIT_DIR": spec.cwd,
+        "SLURM_SUBMIT_HOST": spec.submit_host or "",
+        "SLURM_JOB_PARTITION": (spec.partition or "").split(",")[0],
+        "SLURM_JOB_QOS": spec.qos or "",
+        "SLURM_JOB_ACCOUNT": spec.account or spec.user or "",
         "SLURM_CLUSTER_NAME": launch.cluster or "gq",
         "SLURM_JOB_NODELIST": compress(nodelist), "SLURM_NODELIST": compress(nodelist),
         "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
         "SLURM_TASKS_PER_NODE": counted(layout),
         "SLURM_CPUS_ON_NODE": str(cpus_here),
-        "SLURM_JOB_CPUS_PER_NODE": counted([spec.get("cpus") or n or 1 for n in layout]),
+        "SLURM_JOB_CPUS_PER_NODE": counted([spec.cpus or n or 1 for n in layout]),
         "SLURMD_NODENAME": node, "SLURM_TOPOLOGY_ADDR": node,
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node", "SLURM_NODEID": str(rank), "SLURM_PROCID": "0",
         "SLURM_LOCALID": "0", "SLURM_GTIDS": "0", "SLURM_NODE_ALIASES": "(null)",
@@ -80,36 +78,37 @@ def batch_env(launch: Launch) -> dict[str, str]:
     if launch.restart:
         # As Slurm: only a job that was requeued has it (the peer's first runs had none).
         env["SLURM_RESTART_COUNT"] = str(launch.restart)
-    if spec.get("ntasks"):
-        env.update(SLURM_NTASKS=str(spec["ntasks"]), SLURM_NPROCS=str(spec["ntasks"]))
+    if spec.ntasks:
+        env.update(SLURM_NTASKS=str(spec.ntasks), SLURM_NPROCS=str(spec.ntasks))
     for key, name in (("ntasks_per_node", "SLURM_NTASKS_PER_NODE"),
                       ("cpus_per_task", "SLURM_CPUS_PER_TASK"),
                       ("cpus_per_gpu", "SLURM_CPUS_PER_GPU")):
-        if spec.get(key):
-            env[name] = str(spec[key])
-    if spec.get("mem_per_cpu"):
-        env["SLURM_MEM_PER_CPU"] = str(spec["mem_per_cpu"] // MIB)
-    elif spec.get("mem_per_gpu"):
-        env["SLURM_MEM_PER_GPU"] = str(spec["mem_per_gpu"] // MIB)
-    elif spec.get("mem"):
-        env["SLURM_MEM_PER_NODE"] = str(spec["mem"] // MIB)
+        value = getattr(spec, key)
+        if value:
+            env[name] = str(value)
+    if spec.mem_per_cpu:
+        env["SLURM_MEM_PER_CPU"] = str(spec.mem_per_cpu // MIB)
+    elif spec.mem_per_gpu:
+        env["SLURM_MEM_PER_GPU"] = str(spec.mem_per_gpu // MIB)
+    elif spec.mem:
+        env["SLURM_MEM_PER_NODE"] = str(spec.mem // MIB)
     gpus = ",".join(str(g) for g in launch.gpus)
     if gpus:
         env.update(SLURM_GPUS_ON_NODE=str(len(launch.gpus)), SLURM_JOB_GPUS=gpus,
                    GPU_DEVICE_ORDINAL=gpus, ROCR_VISIBLE_DEVICES=gpus, ZE_AFFINITY_MASK=gpus)
-    if spec.get("gpus_total") is not None:
-        env["SLURM_GPUS"] = _typed(spec, spec["gpus_total"])
-    if spec.get("gpus_per_task") is not None:
-        env["SLURM_GPUS_PER_TASK"] = _typed(spec, spec["gpus_per_task"])
-    elif spec.get("gpus_total") is None and spec.get("gpus"):
-        env["SLURM_GPUS_PER_NODE"] = _typed(spec, spec["gpus"])
-    if spec.get("open_mode"):
-        env["SLURM_OPEN_MODE"] = spec["open_mode"][0]
+    if spec.gpus_total is not None:
+        env["SLURM_GPUS"] = _typed(spec, spec.gpus_total)
+    if spec.gpus_per_task is not None:
+        env["SLURM_GPUS_PER_TASK"] = _typed(spec, spec.gpus_per_task)
+    elif spec.gpus_total is None and spec.gpus:
+        env["SLURM_GPUS_PER_NODE"] = _typed(spec, spec.gpus)
+    if spec.open_mode:
+        env["SLURM_OPEN_MODE"] = spec.open_mode[0]
     if task.array_job_id is not None:
         env.update(SLURM_ARRAY_JOB_ID=str(task.array_job_id),
                    SLURM_ARRAY_TASK_ID=str(task.array_index))
-        if spec.get("array"):
-            env.update(array_range(spec["array"]))
+        if spec.array:
+            env.update(array_range(spec.array))
     return env
 
 

@@ -20,7 +20,6 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gq.fsutil import private_dir
 from gq.messages import MAX_NOTE, STEP_ENDED, STEP_STARTED, Report, Step
@@ -81,7 +80,7 @@ class NodeSteps:
                         exc)
         self.runs[pid] = StepRun(*key, step_dir, pid, started)
         self.outbox.put(Report(node=self.node, seq=0, job_id=key[0], restart=key[1],
-                               event=STEP_STARTED, step=key[2], time=time.time()).wire())
+                               event=STEP_STARTED, step=key[2], time=time.time()))
         log.info("job %d step %d: tasks started (shepherd %d)", key[0], key[2], pid)
 
     def kill(self, job_id: int, restart: int | None = None, step: int | None = None,
@@ -118,18 +117,18 @@ class NodeSteps:
                      stopped=status.get("stopped") is True)
         return True
 
-    def acked(self, entry: dict[str, Any]) -> None:
+    def acked(self, entry: Report) -> None:
         """gqd has report `entry`: a step's end, whose directory may go now."""
-        if entry.get("event") == STEP_ENDED:
-            shutil.rmtree(stepdirs.step_dir(self.dir.parent, entry["job_id"], entry["restart"],
-                                            entry["step"]),
+        if entry.event == STEP_ENDED and entry.step is not None:
+            shutil.rmtree(stepdirs.step_dir(self.dir.parent, entry.job_id, entry.restart,
+                                            entry.step),
                           ignore_errors=True)
 
     def adopt(self) -> None:
         """At start-up: take up the steps a former gqnode started; those whose shepherd is gone
         are reported ended (unless their end waits in the outbox)."""
-        reported = {(e["job_id"], e["restart"], e.get("step")) for e in self.outbox.entries()
-                    if e.get("event") == STEP_ENDED}
+        reported = {(e.job_id, e.restart, e.step) for e in self.outbox.entries()
+                    if e.event == STEP_ENDED}
         with contextlib.suppress(OSError):
             for entry in sorted(self.dir.iterdir()):
                 try:
@@ -156,5 +155,5 @@ class NodeSteps:
         state = "CANCELLED" if stopped else "COMPLETED" if code == 0 else "FAILED"
         self.outbox.put(Report(
             node=self.node, seq=0, job_id=job_id, restart=restart, event=STEP_ENDED, step=step,
-            exit_code=code, state=state, time=time.time(), note=note[:MAX_NOTE]).wire())
+            exit_code=code, state=state, time=time.time(), note=note[:MAX_NOTE]))
 
