@@ -45,7 +45,9 @@ def test_tokens_act_as_their_users_and_see_only_their_own_jobs(
         (bobs,) = b.post("/v1/jobs", json=_spec(bob, "true")).json()["ids"]
         wait_for(lambda: a.get(f"/v1/jobs/{job}").json()["state"] == "RUNNING", "alice's job")
         assert a.get(f"/v1/jobs/{job}").json()["user"] == alice.name
-        out = wait_for(lambda: a.get(f"/v1/jobs/{job}/output").text, "alice's output")
+        # RUNNING comes when gqd ordered the launch: the file is made on the node a moment later.
+        out = wait_for(lambda: (r := a.get(f"/v1/jobs/{job}/output")).status_code == 200
+                       and r.text, "alice's output")
         assert out.strip() == str(alice.uid), "her job runs as her"
         for call in (lambda: b.get(f"/v1/jobs/{job}"), lambda: b.delete(f"/v1/jobs/{job}"),
                      lambda: b.post(f"/v1/jobs/{job}/hold"),

@@ -19,7 +19,9 @@ def test_a_personal_clusters_state_is_readable_by_its_owner_only(cluster: LiveCl
                          "while [ ! -e release ]; do sleep 0.1; done")
     cluster.wait_state(job, "RUNNING")
     head, node = Path(cluster.config().head.state_dir), cluster.layout.node_dir("node1")
-    run = next((node / "jobs").glob(f"{job}.*"))
+    # RUNNING is gqd's word once it ordered the launch; the node makes the run's directory
+    # when the order reaches it, a moment later.
+    run = wait_for(lambda: next((node / "jobs").glob(f"{job}.*"), None), "the run's directory")
     wait_for(lambda: (run / "run").exists(), "the run's record")
     dirs = {p: _mode(p) for p in (head, node, node / "jobs", node / "outbox", run,
                                   cluster.layout.root / "logs")}

@@ -141,8 +141,9 @@ def test_a_login_shells_profile_does_not_lose_gqs_slurm_commands(tmp_path: Path)
 
     def env_of(submitted: dict[str, str]) -> dict[str, str]:
         spec.update(user="root", uid=0, gid=0, env=submitted)
-        launch = Launch(job_id=13, restart=0, spec=spec, gpus=(), rank=0, nodelist=("n1",),
-                        time_limit_s=0, stdout="/o", stderr="/e", job=ArrayTask())
+        launch = Launch(job_id=13, restart=0, spec=RunSpec.of(spec), gpus=(), rank=0,
+                        nodelist=("n1",), time_limit_s=0, stdout="/o", stderr="/e",
+                        job=ArrayTask())
         return job_env(RunOrder(launch=launch, isolation={}), bin_dir)
 
     env = env_of({"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BASH_ENV": str(own)})

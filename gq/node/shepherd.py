@@ -325,10 +325,10 @@ def job_env(order: RunOrder, slurm_bin: str | None = None) -> dict[str, str]:
         env["PATH"] = f"{slurm_bin}:{env['PATH']}"
         # `#!/bin/bash -l` resets PATH in /etc/profile; bash then sources BASH_ENV, which puts
         # the commands back (the job's own BASH_ENV, Lmod's say, is sourced from it).
-        ours = shims.bash_env(Path(slurm_bin))
-        if env.get("BASH_ENV") and not env["BASH_ENV"].endswith(ours.name):  # not a gq job's
+        hook = shims.bash_env(Path(slurm_bin))
+        if env.get("BASH_ENV") and not env["BASH_ENV"].endswith(hook.name):  # not a gq job's
             env["GQ_BASH_ENV"] = env["BASH_ENV"]
-        env["BASH_ENV"] = str(ours)
+        env["BASH_ENV"] = str(hook)
     gpus = ",".join(str(g) for g in launch.gpus)
     nodelist = launch.nodelist
     job_id = str(launch.job_id)
