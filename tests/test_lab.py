@@ -148,8 +148,14 @@ class Lab:
             return c.show(job_id)
 
     def wait_state(self, job_id: int, *states: str, timeout: float = 90) -> dict:
-        return wait_for(lambda: (j := self.show(job_id))["state"] in states and j,
-                        f"job {job_id} to be {'/'.join(states)}", timeout=timeout)
+        try:
+            return wait_for(lambda: (j := self.show(job_id))["state"] in states and j,
+                            f"job {job_id} to be {'/'.join(states)}", timeout=timeout)
+        except pytest.fail.Exception as exc:  # seen once in CI: say what each side did
+            tails = "\n".join(f"--- {host} {name} (end)\n{self.log(host, name)[-3000:]}"
+                              for host, name in (("head", "gqd.log"), ("gpu01", "gqnode.log"),
+                                                 ("gpu02", "gqnode.log")))
+            pytest.fail(f"{exc}\njob: {self.show(job_id)}\n{tails}")
 
     def log(self, host: str, name: str) -> str:
         path = self.dir(host) / "var" / name
