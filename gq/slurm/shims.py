@@ -24,19 +24,22 @@ def ensure(directory: Path) -> Path:
     """`directory` with an executable per Slurm command, written (atomically) when missing or
     made for another Python; cheap when they are there."""
     for command in COMMANDS:
-        path = directory / command
-        text = _text(command)
-        try:
-            if path.read_text() == text:
-                continue
-        except OSError:
-            pass
-        directory.mkdir(parents=True, exist_ok=True)
-        try:
-            write_atomic(path, text.encode(), mode=0o755, durable=False)
-        except FileExistsError:
-            pass  # another job's shepherd is writing the same file this moment
+        _install(directory / command, _text(command), 0o755)
     return directory
+
+
+def _install(path: Path, text: str, mode: int) -> None:
+    """`path` holding `text`, written (atomically) only when it does not already."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write_atomic(path, text.encode(), mode=mode, durable=False)
+    except FileExistsError:
+        pass  # another job's shepherd is writing the same file this moment
 
 
 def bash_env(directory: Path) -> Path:
@@ -50,15 +53,7 @@ def bash_env(directory: Path) -> Path:
             f"case \":$PATH:\" in *':{quoted}:'*) ;; *) PATH='{quoted}':\"$PATH\" ;; esac\n"
             'if [ -n "${GQ_BASH_ENV-}" ] && [ -z "${GQ_IN_BASH_ENV-}" ]; then\n'
             '  GQ_IN_BASH_ENV=1; . "$GQ_BASH_ENV"; unset GQ_IN_BASH_ENV\nfi\n')
-    try:
-        if path.read_text() == text:
-            return path
-    except OSError:
-        pass
-    try:
-        write_atomic(path, text.encode(), mode=0o644, durable=False)
-    except FileExistsError:
-        pass  # another job's shepherd is writing the same file this moment
+    _install(path, text, 0o644)
     return path
 
 
