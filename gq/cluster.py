@@ -320,10 +320,13 @@ def _cancel_running(cfg: config_mod.Config, say: Callable[[str], None]) -> None:
             if running:
                 client.cancel(running)
                 say(f"cancelled {len(running)} running job(s); pending jobs stay queued")
-                deadline = time.monotonic() + cfg.head.kill_grace_s + STOP_TIMEOUT_S
-                while time.monotonic() < deadline and any(
-                        g.get("job") for n in client.nodes() for g in n["gpus"]):
-                    time.sleep(0.1)
+            # Wait even when this call cancelled nothing: a job cancelled just before `down`
+            # is CANCELLED already, but its processes live until its node reports them gone,
+            # and stopping gqnode first would leave them running. (A DOWN node reports nothing.)
+            deadline = time.monotonic() + cfg.head.kill_grace_s + STOP_TIMEOUT_S
+            while time.monotonic() < deadline and any(
+                    n.get("jobs") and n["state"] != "DOWN" for n in client.nodes()):
+                time.sleep(0.1)
     except (UnreachableError, RefusedError) as exc:
         say(f"could not cancel running jobs: {exc}")
 

@@ -327,6 +327,19 @@ def test_down_cancels_running_jobs_without_starting_queued_ones(cluster: LiveClu
     assert {cluster.show(j)["state"] for j in running} == {"CANCELLED"}
 
 
+def test_down_waits_for_a_job_cancelled_just_before(cluster: LiveCluster) -> None:
+    """A cancelled job is CANCELLED at once but lives until its node has reaped it: `gq down`
+    right after the cancel must still wait for it (its processes outlived the cluster)."""
+    from tests.conftest import _session_leftovers
+    slow = cluster.submit("--wrap", "trap 'sleep 3; exit 0' TERM; sleep 300 & wait")
+    cluster.wait_state(slow, "RUNNING")
+    cluster.gq("cancel", str(slow), check=True)
+    assert cluster.show(slow)["state"] == "CANCELLED"
+    cluster.gq("down", check=True)
+    assert not _session_leftovers(cluster.root), "gq down left a cancelled job's processes"
+    cluster.gq("up", check=True)
+
+
 def test_gqnode_killed_and_restarted_reports_true_exit_codes_once(cluster: LiveCluster) -> None:
     # Jobs on node1 end at different times; gqnode is SIGKILLed before any ends, and restarted
     # after some have ended: all must be reported with their own exit codes, none run twice.

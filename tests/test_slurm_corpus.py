@@ -542,4 +542,7 @@ def test_corpus_script_runs_as_on_slurm(name: str, sites: dict[str, Site]) -> No
     if extra and len(wanted) == len(expected["standin"]):
         problems.append(f"stand-in records Slurm did not have: {extra}")
     problems += diffs.stale()
-    assert not problems, f"{name} differs from Slurm:\n  " + "\n  ".join(problems)
+    if problems:  # what the jobs printed says why (a step's error, a missing file)
+        shown = "".join(f"\n--- {p}:\n" + p.read_text(errors="replace")[-2000:] for p in files
+                        if p.suffix != ".sh")
+        pytest.fail(f"{name} differs from Slurm:\n  " + "\n  ".join(problems) + shown)

@@ -133,6 +133,7 @@ def _node_schema() -> dict[str, Any]:
                            "reason": {"type": "string"}, "addr": {"type": "string"},
                            "cpus": {"type": "integer"}, "mem": {"type": "integer"},
                            "last_seen": _NULL_STR, "telemetry_stale": {"type": "boolean"},
+                           "jobs": {"type": "array", "items": {"type": "integer"}},
                            "gpus": {"type": "array", "items": {"type": "object"}}}}
 
 

@@ -290,10 +290,14 @@ class NodeRegistry:
 
     def req_nodes(self, msg: requests.Nodes, caller: Caller, client: Any, now: float) -> dict:
         holders: dict[tuple[str, int], int] = {}
+        # Jobs whose processes may still live on a node, GPUs or none (a cancelled job holds
+        # its allocation until the node reports it gone): what `gq down` waits for.
+        on_node: dict[str, list[int]] = {}
         for job in self.table.index.placed():
             if job.holds_alloc:
                 for node, gpus in job.alloc.items():
                     holders.update({(node, g): job.id for g in gpus})
+                    on_node.setdefault(node, []).append(job.id)
         held: dict[str, set[int]] = {}
         for name, g in holders:
             held.setdefault(name, set()).add(g)
@@ -303,6 +307,7 @@ class NodeRegistry:
             data = each.to_json()
             notes = rule.notes(each, now, frozenset(held.get(each.name, ())))
             data["telemetry_stale"] = bool(each.telemetry) and not rule.fresh(each, now)
+            data["jobs"] = sorted(on_node.get(each.name, ()))
             for gpu in data["gpus"]:
                 gpu["job"] = holders.get((each.name, gpu["index"]))
                 gpu["skip"] = notes.get(gpu["index"])
