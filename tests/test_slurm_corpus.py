@@ -19,8 +19,10 @@ cgroups, so `CUDA_VISIBLE_DEVICES` held the node's own GPU indices (`1,2` when G
 which a cluster with `ConstrainDevices` renumbers from 0. gq gives the node's own indices too (its
 device cgroup denies the other GPUs' files; gq.1 ENVIRONMENT), so the indices depend on which
 GPUs were free: only their number is compared.
-`SLURM_TMPDIR` is a site convention (the peer's TaskProlog); here the site's submit environment
-carries it, one directory per case.
+`SLURM_TMPDIR` is a site convention (the peer's TaskProlog: one directory per job); gq has no
+TaskProlog, so the site's submit environment names a BASH_ENV file that makes one per job and
+node (TASK_PROLOG below), as a node-local scratch is on a real cluster: one shared by a
+multi-node job's tasks, or by an array's tasks, made their `cp` into it race (EEXIST).
 """
 
 from __future__ import annotations
@@ -197,8 +199,12 @@ class Site:
         case = CASES[run.name]
         env.update(case.get("env", {}))
         # The site's per-job scratch (the peer's TaskProlog gives every job one; cases.json
-        # names the cases that read it).
-        env["SLURM_TMPDIR"] = str(run.base / "tmpdir")
+        # names the cases that read it): made by every bash of the job, on its node.
+        prolog = self.root / "task-prolog.sh"
+        if not prolog.exists():
+            prolog.write_text(TASK_PROLOG)
+        env["BASH_ENV"] = str(prolog)
+        env["CORPUS_TMPDIR"] = str(run.base / "tmpdir")
         return env
 
     def _submit(self, name: str) -> Run:
@@ -391,8 +397,8 @@ class Names:
             return self.ids.get(value, value)
         if key == "SLURM_ARRAY_JOB_ID":
             return self.array.get(value, value)
-        if key == "SLURM_TMPDIR":
-            return self.tmpdir  # the site's convention: one per case here, per job on the peer
+        if key == "SLURM_TMPDIR":  # the peer's /tmp/corpus-slurm-tmpdir/JOBID
+            return f"{self.tmpdir}/{self.ids.get(Path(value).name, value)}"
         for old, new in self.pairs:
             value = value.replace(old, new)
         nodes = self.nodes.get(raw_id, {})
@@ -422,6 +428,15 @@ def _gpus(value: str) -> int:
     return len([g for g in value.split(",") if g])
 
 
+#: The site's TaskProlog, as a BASH_ENV file: a scratch directory per job and node.
+TASK_PROLOG = """# corpus site: SLURM_TMPDIR per job and node (the peer's TaskProlog made one per job)
+if [ -n "${CORPUS_TMPDIR:-}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    export SLURM_TMPDIR="$CORPUS_TMPDIR/$SLURM_JOB_ID/${SLURMD_NODENAME:-batch}"
+    mkdir -p "$SLURM_TMPDIR"
+fi
+"""
+
+
 def compare_env(want: dict[str, str], got: dict[str, str], names: Names, raw_id: str
                 ) -> list[tuple[str, str | None, str | None]]:
     """Where a task's SLURM_* and GPU variables differ from the peer's: (variable, gq's value,
@@ -435,6 +450,8 @@ def compare_env(want: dict[str, str], got: dict[str, str], names: Names, raw_id:
         if slurm is not None and mine is not None and key in GPU_LISTS:
             if _gpus(slurm) != _gpus(mine):
                 out.append((key, mine, slurm))
+        elif key == "SLURM_TMPDIR" and slurm and mine and mine.startswith(slurm + "/"):
+            continue  # the job's scratch, on the node that runs this task (TASK_PROLOG)
         elif slurm != mine:
             out.append((key, mine, slurm))
     return out
