@@ -180,3 +180,19 @@ def test_gq_checkpoint_needs_a_job_environment():
         run_of({})
     with pytest.raises(UsageError, match="bad GQ_JOB_ID"):
         run_of({"GQ_JOB_ID": "x"})
+
+
+def test_a_restarted_gqd_keeps_its_running_jobs_checkpoints(tmp_path: Path):
+    db = tmp_path / "gq.db"
+    head = Head(from_dict(CFG, "test.toml"), Store(db), NOW)
+    _register(head, "n0", 2)
+    job = _submit(head, NOW)
+    _pass(head, NOW)
+    _checkpoint(head, job, 0, OWNER, NOW + 100)
+    head.store.close()
+    again = Head(from_dict(CFG, "test.toml"), Store(db), NOW + 200)
+    try:
+        assert again.jobs[job].checkpoint_time == NOW + 100
+        assert again.table.running_views()[0].checkpoint_time == NOW + 100
+    finally:
+        again.store.close()

@@ -35,12 +35,6 @@ class Checkpoints:
         for job_id, when in found.items():
             self.table.jobs[job_id].checkpoint_time = when
 
-    def latest(self, job: Job) -> float | None:
-        """When `job` last checkpointed (an ended job, read from the store: it left memory)."""
-        if job.checkpoint_time is not None or self.table.jobs.get(job.id) is job:
-            return job.checkpoint_time
-        return ckptstore.latest(self.store.conn, [job.id]).get(job.id)
-
     def request(self, msg: requests.Checkpoint, caller: Caller, client: Any, now: float
                 ) -> dict[str, Any]:
         """CHECKPOINT: only the job's owner (or an admin) reports it, for its running run."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import zmq
 
-from gq import defaults, keys, protocol, service
+from gq import defaults, keys, protocol, schema, service
 from gq.errors import GqError
 from gq.fsutil import private_dir
 from gq.messages import (
@@ -421,7 +421,7 @@ class NodeDaemon:
             except (OSError, ValueError):
                 continue  # none yet (or the directory is out of this node's reach)
             out.append(Mark(job_id=run.job_id, restart=run.restart, time=mtime))
-        return tuple(out)
+        return tuple(out[:schema.COUNTS["checkpoints"]])
 
     def _report(self, job_id: int, restart: int, event: str, when: float, **end: Any) -> None:
         """Put a run's report in the outbox (which gives it its seq): the outbox keeps it on
