@@ -96,6 +96,7 @@ def test_preempted_jobs_waste_only_the_work_since_their_checkpoint(ckpt_cluster:
     # and its start, its checkpoint between `before` and `after`.
     low = sum(8 * (submitted - after[n]) for n in jobs)
     high = sum(8 * (preempted - before[n]) for n in jobs)
+    print(f"lost {lost:.1f} GPU-s, bounds [{low:.1f}, {high:.1f}]")  # shown with -s
     assert low - 1 <= lost <= high + 1, (low, lost, high, cluster.log_tails("gqd"))
     # Counted from the start, the loss would hold the WORK_S before each checkpoint too.
     assert lost < sum(8 * (submitted - (before[n] - WORK_S)) for n in jobs) - 1
