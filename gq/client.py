@@ -219,6 +219,10 @@ class Client:
         """GPU-seconds in [since, until]: rows of user, account, qos, state, gpu_seconds."""
         return list(self.request(protocol.ACCOUNTING, since=since, until=until)["rows"])
 
+    def checkpoint(self, job_id: int, restart: int) -> dict[str, Any]:
+        """Run `restart` of job `job_id` saved its progress now (`gq checkpoint`)."""
+        return self.request(protocol.CHECKPOINT, job_id=job_id, restart=restart)
+
     def queue(self, user: str | None = None, states: list[str] | None = None,
               all: bool = False, start: bool = False,  # noqa: A002 - mirrors --all
               fields: Sequence[str] | None = None) -> list[dict[str, Any]]:

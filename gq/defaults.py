@@ -29,6 +29,9 @@ MAX_DECODING_BYTES = 4 * MAX_MESSAGE_BYTES
 
 #: How often gqnode tells gqd it is alive, in seconds.
 HEARTBEAT_INTERVAL_S = 2.0
+#: The marker file in a job's $GQ_CHECKPOINT_DIR: touching it reports a checkpoint (its mtime
+#: goes to gqd with the node's heartbeats; `gq checkpoint` does the same through gqd).
+CHECKPOINT_MARKER = ".gq-checkpoint"
 #: A node silent this long is marked DOWN, in seconds.
 NODE_TIMEOUT_S = 30.0
 #: A GPU hotter than this (Celsius) gets no new jobs (`[node] max_gpu_temp_c`): below the

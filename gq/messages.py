@@ -56,6 +56,19 @@ declare(Gpu)  # a GPU as a node registers it (gq.model)
 
 
 @dataclass(frozen=True, slots=True)
+class Mark:
+    """A run's checkpoint marker ($GQ_CHECKPOINT_DIR/.gq-checkpoint) as its node last saw it."""
+
+    job_id: int
+    restart: int
+    #: The marker's mtime (the node's clock): the run saved its progress then.
+    time: float
+
+
+declare(Mark)
+
+
+@dataclass(frozen=True, slots=True)
 class ArrayTask:
     """What the shepherd needs of a job's record beyond its spec: which array task the job is
     (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID); None for a job that is none."""
@@ -201,9 +214,13 @@ class Heartbeat(Message):
     #: With a head lease, this heartbeat's number (1, 2, ...): gqd answers it with an Alive of
     #: the same number, which renews the lease from when the heartbeat was sent. 0: no answer.
     beat: int = 0
+    #: The checkpoint markers of the runs here that have one, each beat (a lost heartbeat
+    #: loses none); gqd keeps each run's latest (gq/head/checkpoints.py).
+    checkpoints: tuple[Mark, ...] = ()
 
 
-declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS)
+declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS,
+        checkpoints=s.each_map(schema_of(Mark)))
 
 
 @dataclass(frozen=True, slots=True)

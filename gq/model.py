@@ -269,6 +269,9 @@ class Job:
     holds_alloc: bool = False
     #: How many of its requeues were for a node fault (counted against `spec.retries`).
     node_fail_count: int = 0
+    #: When it last saved its progress (`gq checkpoint`, the marker file), in any of its runs;
+    #: None: never (gq/head/checkpoints.py).
+    checkpoint_time: float | None = None
 
     def to_json(self, fields: Iterable[str] | None = None) -> dict[str, Any]:
         """The documented `--json` object (DESIGN: the CLI contract), or only `fields` of it
@@ -315,6 +318,7 @@ JOB_FIELDS: dict[str, str] = {
     "cpus_per_task": "s.cpus_per_task", "exclusive": "s.exclusive",
     "constraint": "s.constraint", "nice": "s.nice", "comment": "s.comment",
     "nodelist": "s.nodelist", "exclude": "s.exclude", "requeue": "s.requeue",
+    "last_checkpoint": "iso_time(j.checkpoint_time) if j.checkpoint_time else None",
 }
 
 

@@ -59,6 +59,8 @@ EVENTS = "events"
 TOKEN_CREATE = "token_create"
 TOKEN_LIST = "token_list"
 TOKEN_REVOKE = "token_revoke"
+#: `gq checkpoint` inside a job: its run saved its progress (gq/head/checkpoints.py).
+CHECKPOINT = "checkpoint"
 # Head -> client.
 REPLY = "reply"
 
@@ -78,7 +80,7 @@ _CLIENT_SCHEMAS: dict[str, Schema] = {}
 #: other), srun's (gq/stepwire.py) among them.
 DECLARED = frozenset({PING, SUBMIT, CANCEL, QUEUE, SHOW, NODES, WAIT, DRAIN, RESUME, HOLD,
                       RELEASE, REQUEUE, UPDATE, HISTORY, ACCOUNTING, TEST_SUBMIT, EVENTS,
-                      TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE, *stepwire.CLIENT_REQUESTS})
+                      TOKEN_CREATE, TOKEN_LIST, TOKEN_REVOKE, CHECKPOINT, *stepwire.CLIENT_REQUESTS})
 
 
 #: Message type -> its schema: the replies' and those declared here; the typed messages'

@@ -273,6 +273,17 @@ class StepCancel(Request):
     step: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint(Request):
+    """`gq checkpoint` inside a job: run `restart` of job `job_id` (the caller's, running) saved
+    its progress now; a preemption then loses only the work since. Reply: recorded (False: an
+    older run's, ignored), time (ISO)."""
+
+    TYPE: ClassVar[str] = "checkpoint"
+    job_id: int
+    restart: int
+
+
 #: What a filtered cancel's `filter` may name (scancel -u/-t/-n/-p ...): gq/head/select.py.
 FILTER_SCHEMA: s.Schema = {"user": (s.OPT_STR, False), "states": (s.OPT_LIST, False),
                            "name": (s.OPT_STR, False), "partition": (s.OPT_STR, False),
@@ -292,7 +303,7 @@ def _filter(key: str, value: dict[str, Any], what: str) -> None:
 
 
 _plain: tuple[type[Request], ...] = (Ping, Nodes, TokenList, Accounting, TestSubmit, TokenCreate,
-                                     StepStatus, StepCancel)
+                                     StepStatus, StepCancel, Checkpoint)
 for _cls in _plain:
     declare(_cls)
 _by_refs: tuple[type[Request], ...] = (Wait, Hold, Release, Requeue, Update)
@@ -313,7 +324,7 @@ declare(StepLaunch, argv=stepwire.command, env=stepwire.environment, nodelist=st
 TYPES: dict[str, type[Request]] = {cls.TYPE: cls for cls in (
     Ping, Submit, Cancel, Queue, Show, Nodes, Wait, Drain, Resume, Hold, Release, Requeue,
     Update, History, Accounting, TestSubmit, Events, TokenCreate, TokenList, TokenRevoke,
-    StepLaunch, StepStatus, StepCancel)}
+    StepLaunch, StepStatus, StepCancel, Checkpoint)}
 
 
 def read(msg: dict[str, Any]) -> Any:

@@ -101,7 +101,9 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 #: Most items of a list field, where fewer than MAX_LIST make sense.
 COUNTS: dict[str, int] = {"jobs": MAX_SUBMIT_SPECS, "states": 64, "fields": 256, "gpus": 1024,
-                          "health": 1024, "telemetry": 1024, "running": 10_000}
+                          "health": 1024, "telemetry": 1024, "running": 10_000,
+                          # a heartbeat's checkpoint markers, one a run: as many as runs
+                          "checkpoints": 10_000}
 #: Most telemetry readings of one GPU (NVML's: util, mem_used, temp).
 MAX_READINGS = 32
 #: Longest string of a field (or of each item of a list field), where it is not MAX_STR.

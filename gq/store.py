@@ -17,7 +17,7 @@ from typing import Any
 
 import msgpack
 
-from gq import events, stepstore, storeguard
+from gq import ckptstore, events, stepstore, storeguard
 from gq.errors import StoreCorrupt, StoreError, StoreNewer, StoreRefused
 from gq.fsutil import rename_durably
 from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
@@ -82,6 +82,7 @@ MIGRATIONS: list[list[str]] = [
             created REAL NOT NULL, expires REAL, read_only INTEGER NOT NULL)""",
     ],
     stepstore.MIGRATION,  # job steps (srun), JOBID.STEP in gq history
+    ckptstore.MIGRATION,  # runs' checkpoints (gq checkpoint, the marker file)
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 #: How many arrays' shared spec blobs the store keeps in memory.

@@ -145,13 +145,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for row in rows:
         h = row["gpu_seconds"] / 3600
         cause = WASTE_CAUSES.get(row["state"])
+        # A run stopped from outside lost only the work since its last checkpoint (gqd's
+        # saved_gpu_seconds: the time before it, which the next run resumes from, is use).
+        lost = max(h - row.get("saved_gpu_seconds", 0.0) / 3600, 0.0) if cause else 0.0
         total += h
         if cause:
-            wasted += h
-            causes[cause] += h
+            wasted += lost
+            causes[cause] += lost
         for key, table in hours.items():
             table[row[key]][0] += h
-            table[row[key]][1] += h if cause else 0.0
+            table[row[key]][1] += lost
     return {"gpu_hours": total, "wasted_gpu_hours": wasted, "wasted_by_cause": causes,
             **{f"by_{key}": [{key: name, "gpu_hours": used, "wasted_gpu_hours": lost}
                              for name, (used, lost) in sorted(table.items())]

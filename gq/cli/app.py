@@ -40,8 +40,9 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from gq.cli import accounting, admin, cluster, jobs, submit
+    from gq.cli import accounting, admin, checkpoint, cluster, jobs, submit
     submit.register(app)
+    checkpoint.register(app)
     jobs.register(app)
     accounting.register(app)
     cluster.register(app)

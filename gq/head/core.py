@@ -22,6 +22,7 @@ from gq.head import auth, gate, limits, reasons, telemetry, testonly, tokens
 from gq.head.actions import Actions
 from gq.head.admission import Admission
 from gq.head.auth import Caller
+from gq.head.checkpoints import Checkpoints
 from gq.head.feed import Feed
 from gq.head.index import JobIndex
 from gq.head.jobs import JobTable
@@ -42,7 +43,7 @@ from gq.store import Store
 #: Requests that change the queue: refused to callers whose identity the kernel did not prove.
 CHANGING_REQUESTS = frozenset({protocol.SUBMIT, protocol.CANCEL, protocol.DRAIN,
                                protocol.RESUME, protocol.HOLD, protocol.RELEASE,
-                               protocol.REQUEUE, protocol.UPDATE})
+                               protocol.REQUEUE, protocol.UPDATE, protocol.CHECKPOINT})
 #: Requests a read-only token may not make.
 READ_ONLY_REFUSED = CHANGING_REQUESTS | {protocol.TOKEN_REVOKE}
 
@@ -82,12 +83,16 @@ class Head:
         #: Job steps (srun); the registry hands them the nodes' step reports.
         self.steps = Steps(self.table, store, self.outbox.extend)
         self.registry.step_report = self.steps.node_report
+        #: Jobs' checkpoints; the registry hands them the heartbeats' markers.
+        self.checkpoints = Checkpoints(self.table, store)
+        self.registry.checkpointed = self.checkpoints.from_node
         #: The earliest `--begin` still ahead: a pass is due then.
         self.wake_at: float | None = None
         #: The views of the jobs the last pass could start (sbatch --test-only's queue).
         self.last_pending: tuple[PendingJob, ...] = ()
         self.configure(cfg)
         self.table.load(now)
+        self.checkpoints.load()
         self.registry.load()
         self._handlers: dict[str, Handler] = {
             protocol.PING: self._req_ping, protocol.SUBMIT: self._req_submit,
@@ -105,7 +110,8 @@ class Head:
             protocol.TOKEN_REVOKE: lambda m, c, _, now: self.tokens.revoke(c, m.ids),
             stepwire.STEP_LAUNCH: self.steps.req_launch,
             stepwire.STEP_STATUS: self.steps.req_status,
-            stepwire.STEP_CANCEL: self.steps.req_cancel}
+            stepwire.STEP_CANCEL: self.steps.req_cancel,
+            protocol.CHECKPOINT: self.checkpoints.request}
 
     def configure(self, cfg: Config) -> None:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""

@@ -263,6 +263,11 @@ class JobTable:
         return self.stop(victim, reasons.PREEMPTED, name, batch_only=bool(sig and sig.batch_only),
                          grace_s=grace)
 
+    def checkpointed(self, job: Job, when: float) -> None:
+        """Its running run saved its progress at `when` (gq/head/checkpoints.py wrote it)."""
+        self._keep(job)
+        job.checkpoint_time = when
+
     def end(self, job: Job, state: JobState, now: float, exit_code: int | None) -> None:
         """A live job ends in `state`; it leaves memory once it holds no GPUs."""
         self._keep(job)

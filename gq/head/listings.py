@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gq import defaults, gcpause, protocol, requests
+from gq import ckptstore, defaults, gcpause, protocol, requests
 from gq.errors import ProtocolError
 from gq.head.actions import ref
 from gq.head import tokens
@@ -103,6 +103,9 @@ class Listings:
         if job.id in self.table.reservations:
             data.update(self._expected(job))
         data["steps"] = [step_record(s) for s in self.store.steps_of([job.id]).get(job.id, [])]
+        if self.table.jobs.get(job.id) is not job:  # ended: its checkpoints are in the store
+            data["last_checkpoint"] = iso_time(
+                ckptstore.latest(self.store.conn, [job.id]).get(job.id))
         return {"job": data}
 
     def req_history(self, msg: requests.History, caller: Caller, client: Any, now: float
@@ -131,9 +134,12 @@ class Listings:
     def req_accounting(self, msg: requests.Accounting, caller: Caller, client: Any, now: float
                        ) -> dict:
         """GPU-seconds inside [since, until] by user, account, QOS and how the run ended
-        (RUNNING for runs still going, counted up to now)."""
+        (RUNNING for runs still going, counted up to now); saved_gpu_seconds: those of a
+        preempted (or node-lost) run before its last checkpoint, which are use, not waste."""
         since, until = msg.since, min(msg.until, now)
-        rows = [{"user": u, "account": a, "qos": q, "state": st, "gpu_seconds": sec}
+        saved = {tuple(r[:4]): r[4] for r in ckptstore.saved_usage(self.store.conn, since, until)}
+        rows = [{"user": u, "account": a, "qos": q, "state": st, "gpu_seconds": sec,
+                 "saved_gpu_seconds": saved.get((u, a, q, st), 0.0)}
                 for u, a, q, st, sec in self.store.run_usage(since, until)]
         for job_id in self.table.launches:
             job = self.table.jobs.get(job_id)

@@ -32,7 +32,7 @@ from gq.head.jobs import JobTable
 from gq.head.orders import Order
 from gq.messages import (
     FINISHED, MAX_NOTE, STARTED, STEP_ENDED, STEP_STARTED, Ack, Alive, Heartbeat, Kill,
-    NodeMessage,
+    Mark, NodeMessage,
     Register, Report, Reregister)
 from gq.model import JobState, Node, NodeState
 from gq.store import Store
@@ -73,6 +73,9 @@ class NodeRegistry:
         #: (gq/head/steps.py).
         self.step_report: Callable[[str, Report, float], list[Order]] = \
             lambda node, msg, now: []
+        #: Takes a heartbeat's checkpoint markers (gq/head/checkpoints.py).
+        self.checkpointed: Callable[[str, tuple[Mark, ...], float], None] = \
+            lambda node, marks, now: None
 
     def load(self) -> None:
         """The nodes the store knows, at gqd's start."""
@@ -118,6 +121,8 @@ class NodeRegistry:
                 self.table.touch()  # a GPU cooled, or VRAM was freed: a pending job may fit
             out = self._check_health(node, list(msg.health), now)
             self._check_disk(node, msg.disk or "")
+            if msg.checkpoints:
+                self.checkpointed(name, msg.checkpoints, now)
             if msg.beat:  # the node holds a head lease: this answer renews it
                 out.append(Order(name, Alive(msg.beat)))
             return out

@@ -37,8 +37,8 @@ class Views:
         self.allowed: Callable[[JobSpec], frozenset[str] | None] = _anywhere
         #: Job id -> (the spec it was made from, the scheduler's view of the pending job).
         self.pending: dict[int, tuple[JobSpec, PendingJob]] = {}
-        #: Job id -> (its spec, alloc, (start time, ending) and the scheduler's view of it
-        #: holding GPUs, made from them).
+        #: Job id -> (its spec, alloc, (start time, ending, checkpoint time) and the
+        #: scheduler's view of it holding GPUs, made from them).
         self.running: dict[int, tuple[JobSpec, dict, tuple[Any, ...], RunningJob]] = {}
         #: Node name -> (its GPU list, what else its view was made from, the view).
         self.nodes: dict[str, tuple[list[Gpu], tuple[Any, ...], NodeView]] = {}
@@ -64,12 +64,13 @@ class Views:
 
     def of_running(self, job: Job) -> RunningJob:
         """The view of a job holding GPUs, made again only when what it shows changed (a new
-        run or spec, or it began to end: it ended, or is being stopped)."""
+        run or spec, it began to end (it ended, or is being stopped), or it checkpointed)."""
         ending = job.state != JobState.RUNNING or job.reason in STOPPING
         kept = self.running.get(job.id)
         if kept is None or kept[0] is not job.spec or kept[1] is not job.alloc \
-                or kept[2] != (job.start_time, ending):
-            kept = self.running[job.id] = (job.spec, job.alloc, (job.start_time, ending),
+                or kept[2] != (job.start_time, ending, job.checkpoint_time):
+            kept = self.running[job.id] = (job.spec, job.alloc,
+                                           (job.start_time, ending, job.checkpoint_time),
                                            running_view(job, ending))
         return kept[3]
 
@@ -121,4 +122,6 @@ def running_view(job: Job, ending: bool) -> RunningJob:
                       alloc={n: tuple(g) for n, g in job.alloc.items()},
                       start_time=job.start_time or 0.0, time_limit_s=s.time_limit_s or 0,
                       cpus=s.cpus, mem=s.mem, user=s.user,
-                      share_mem=(s.gpu_mem or 0) if s.share else 0, ending=ending)
+                      share_mem=(s.gpu_mem or 0) if s.share else 0, ending=ending,
+                      # a checkpoint of an earlier run is before this one's start: no matter
+                      checkpoint_time=job.checkpoint_time)

@@ -21,19 +21,19 @@ from typing import Any
 
 import zmq
 
-from gq import defaults, keys, protocol, service
+from gq import defaults, keys, protocol, schema, service
 from gq.errors import GqError
 from gq.fsutil import private_dir
 from gq.messages import (
-    FINISHED, MAX_NOTE, STARTED, Ack, Alive, HeadMessage, Heartbeat, Kill, Launch, Message,
-    Register, Report, Reregister, Step, StepKill, usage_fields)
+    FINISHED, MAX_NOTE, STARTED, Ack, Alive, HeadMessage, Heartbeat, Kill, Launch, Mark,
+    Message, Register, Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
 from gq.node import disk, lease, shepherd, trash
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
 from gq.node.outbox import Outbox
-from gq.node.runfiles import RunOrder, stop_reason, write_order
+from gq.node.runfiles import RunOrder, read_order, stop_reason, write_order
 from gq.node.runfiles import alive as _alive
 from gq.node.runfiles import proc_start as _proc_start
 from gq.node.steps import NodeSteps
@@ -54,6 +54,8 @@ class Run:
     #: Start time of the shepherd process, so a recycled pid is never mistaken for it.
     pid_started: float
     child: bool
+    #: Its job's GQ_CHECKPOINT_DIR (None: not looked up yet; "": unknown).
+    checkpoint_dir: str | None = None
 
 
 class NodeDaemon:
@@ -397,7 +399,29 @@ class NodeDaemon:
             health=tuple(self.gpu_source.health())
             + ((self.health.problem,) if self.health and self.health.problem else ())
             + ((self.launch_problem,) if self.launch_problem else ()),
-            disk=self.disk.problem, beat=self.lease.beat(time.monotonic())))
+            disk=self.disk.problem, beat=self.lease.beat(time.monotonic()),
+            checkpoints=self._checkpoints()))
+
+    def _checkpoints(self) -> tuple[Mark, ...]:
+        """Each run's checkpoint marker that exists (its mtime), every beat: gqd keeps each
+        run's latest and ignores a marker older than the run (an earlier run's)."""
+        out = []
+        for run in self.runs.values():
+            if run.checkpoint_dir is None:
+                try:  # where its shepherd put GQ_CHECKPOINT_DIR, worked out the same way
+                    run.checkpoint_dir = shepherd.job_env(read_order(run.dir))[
+                        "GQ_CHECKPOINT_DIR"]
+                except (OSError, ValueError, KeyError) as exc:
+                    log.warning("job %d run %d: no checkpoint directory: %s", run.job_id,
+                                run.restart, exc)
+                    run.checkpoint_dir = ""
+            try:  # lstat: the marker's own time, not that of what a link points to
+                mtime = os.lstat(os.path.join(run.checkpoint_dir, defaults.CHECKPOINT_MARKER)
+                                 ).st_mtime
+            except (OSError, ValueError):
+                continue  # none yet (or the directory is out of this node's reach)
+            out.append(Mark(job_id=run.job_id, restart=run.restart, time=mtime))
+        return tuple(out[:schema.COUNTS["checkpoints"]])
 
     def _report(self, job_id: int, restart: int, event: str, when: float, **end: Any) -> None:
         """Put a run's report in the outbox (which gives it its seq): the outbox keeps it on
