@@ -78,8 +78,10 @@ class NodeRegistry:
         """The nodes the store knows, at gqd's start."""
         self.nodes.clear()
         for node in self.store.load_nodes():
-            # Until it registers again we know nothing about a node; drains are kept.
-            if node.state != NodeState.DRAIN:
+            # Until it registers again we know nothing about a node; drains are kept, and
+            # power states (gq/head/power.py, which loads them).
+            if node.state not in (NodeState.DRAIN, NodeState.POWERED_DOWN,
+                                  NodeState.POWERING_UP, NodeState.POWERING_DOWN):
                 node.state, node.reason = NodeState.DOWN, "not registered since gqd started"
             self.nodes[node.name] = node
         self.registered.clear()
@@ -95,6 +97,8 @@ class NodeRegistry:
     def handle(self, name: str, msg: NodeMessage, now: float) -> list[Order]:
         if msg.node != name:
             raise ProtocolError(f"node {name!r} sent a message signed {msg.node!r}")
+        if name in self.nodes and self.nodes[name].state == NodeState.POWERING_DOWN:
+            return []  # being suspended (gq/head/power.py): its last words bring it not back
         if isinstance(msg, Register):
             return self._register(name, msg, now)
         if name not in self.registered:
