@@ -11,6 +11,7 @@ import pytest
 from gq import config as config_mod
 from gq import protocol
 from gq.errors import ConfigError
+from gq.head.auth import Caller
 from gq.head.core import Head
 from gq.head.metrics import pending_demand, vram_class
 from gq.messages import read as read_message
@@ -23,6 +24,7 @@ from gq.store import Store
 from tests.test_head_pass import OWNER
 
 T0 = 1_000_000.0
+ADMIN = Caller(uid=0, user="root", proven=True, admin=True)
 G = 1 << 30
 
 
@@ -138,10 +140,24 @@ def test_resume_rate_timeout_and_a_restart(tmp_path: Path) -> None:
     # gqd restarts: the power states come back from the store; c2's resume clock starts anew.
     again = _cloud_head(store, resume_rate=1)
     assert _states(again) == {"c1": "DOWN", "c2": "POWERING_UP", "c3": "POWERED_DOWN"}
+    # An admin's drain keeps c3 off, and it is never resumed.
+    with again.tx():
+        again.handle_client({"type": protocol.DRAIN, "rid": 1, "nodes": ["c3"],
+                             "reason": "bad image"}, ADMIN, None, T0 + 99)
     _turn(again, T0 + 100)
     assert again.nodes["c2"].state == NodeState.POWERING_UP
     _turn(again, T0 + 131)
     assert again.nodes["c2"].state == NodeState.DOWN
+    # `gq admin resume` of the DOWN c1 makes it POWERED_DOWN again, and it is resumed for the
+    # jobs still waiting.
+    with again.tx():
+        again.handle_client({"type": protocol.RESUME, "rid": 1, "nodes": ["c1"]}, ADMIN, None,
+                            T0 + 140)
+    assert _states(again) == {"c1": "POWERED_DOWN", "c2": "DOWN", "c3": "POWERED_DOWN"}
+    assert again.nodes["c3"].drain_reason == "bad image"
+    _turn(again, T0 + 141)
+    _turn(again, T0 + 142)
+    assert _states(again) == {"c1": "POWERING_UP", "c2": "DOWN", "c3": "POWERED_DOWN"}
 
 
 def _register(head: Head, name: str, now: float) -> None:

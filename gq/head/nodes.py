@@ -69,6 +69,9 @@ class NodeRegistry:
         self.doomed: dict[str, float] = {}
         #: Called when a node comes or its features change (where jobs may run changed).
         self.reshaped: Callable[[], None] = lambda: None
+        #: `gq admin resume` of a DOWN node that is not registered (gq/head/power.py makes a
+        #: node of [power] nodes POWERED_DOWN again).
+        self.powered_off: Callable[[Node], None] = lambda node: None
         #: A node's report that it started its tasks of a step, or that they ended
         #: (gq/head/steps.py).
         self.step_report: Callable[[str, Report, float], list[Order]] = \
@@ -337,14 +340,18 @@ class NodeRegistry:
                 node.state = NodeState.UP
             node.reason = "" if node.state == NodeState.UP else node.reason
             node.drain_reason = ""
+            if node.state == NodeState.DOWN and node.name not in self.registered:
+                self.powered_off(node)  # a node of [power] nodes: off again, to be resumed
             self.store.save_node(node)
         self.table.touch()
         return {"nodes": [n.name for n in nodes]}
 
     def _drain(self, node: Node, reason: str) -> None:
         self._keep(node)
-        # A DOWN node stays DOWN with the reason; drain_reason brings it back drained.
-        if node.state != NodeState.DOWN:
+        # A DOWN node stays DOWN with the reason; drain_reason brings it back drained. So does
+        # a node in a power state (gq/head/power.py, which resumes no drained node).
+        if node.state not in (NodeState.DOWN, NodeState.POWERED_DOWN, NodeState.POWERING_UP,
+                              NodeState.POWERING_DOWN):
             node.state = NodeState.DRAIN
         node.reason = node.drain_reason = reason
         self.store.save_node(node)

@@ -66,6 +66,7 @@ class Power:
         #: The declared nodes and their shapes: read at start (a reload takes the other keys).
         self.declared = {n.name: n for n in shapes(cfg.power, cfg.path or "<config>")}
         self.configure(cfg)
+        registry.powered_off = self._powered_off
 
     def configure(self, cfg: Config) -> None:
         self.cfg = cfg.power
@@ -108,8 +109,18 @@ class Power:
         return out
 
     def _ours(self, state: NodeState) -> list[Node]:
+        """Our nodes in `state`; a drained one is never resumed."""
         nodes = self.registry.nodes
-        return [nodes[n] for n in self.declared if n in nodes and nodes[n].state == state]
+        return [nodes[n] for n in self.declared if n in nodes and nodes[n].state == state
+                and not (state == NodeState.POWERED_DOWN and nodes[n].drain_reason)]
+
+    def _powered_off(self, node: Node) -> None:
+        """`gq admin resume` of one of our nodes that is DOWN (its resume timed out, or it went
+        silent): it is off, to be resumed when jobs need it (Slurm's state=resume of a cloud
+        node)."""
+        if node.name in self.declared:
+            log.info("node %s: resumed by an admin: POWERED_DOWN", node.name)
+            self._set(node, NodeState.POWERED_DOWN, "")
 
     def _powering(self, now: float, steady: float) -> list[Order]:
         """Resumes that timed out; suspends that are over."""
