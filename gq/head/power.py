@@ -25,6 +25,7 @@ POWERING_DOWN one is POWERED_DOWN.
 from __future__ import annotations
 
 import logging
+import math
 import shlex
 import subprocess
 from collections import deque
@@ -46,6 +47,8 @@ log = logging.getLogger("gq.head")
 MAX_RUNNING = 32
 #: The window of `resume_rate`, in seconds (Slurm's ResumeRate is nodes a minute).
 RATE_WINDOW_S = 60.0
+#: Seconds between two looks at the demand, at least.
+RESUME_EVERY_S = 1.0
 POWER_STATES = (NodeState.POWERED_DOWN, NodeState.POWERING_UP, NodeState.POWERING_DOWN)
 
 
@@ -60,6 +63,9 @@ class Power:
         self.idle_since: dict[str, float] = {}
         #: When (steady clock) each node resumed in the last RATE_WINDOW_S was.
         self.recent: deque[float] = deque()
+        #: No look at the demand before this (steady clock).
+        self.resume_at = -math.inf
+        self.seen: object = None
         #: (argv, node names) of programs to start once the turn commits; those running.
         self.queued: list[tuple[list[str], list[str]]] = []
         self.running: list[tuple[subprocess.Popen[bytes], list[str]]] = []
@@ -169,11 +175,17 @@ class Power:
         self._queue(self.cfg.suspend_program, [n.name for n in idle])
 
     def _resume(self, steady: float, pending: Iterable[PendingJob]) -> None:
+        # A loop turn may take a millisecond: the demand (every pending job) is looked at when
+        # a pass has made it anew, else once a RESUME_EVERY_S (for the rate's window, a node's
+        # claim released).
+        down = self._ours(NodeState.POWERED_DOWN)
+        if not down or (pending is self.seen and steady < self.resume_at):
+            return
+        self.seen, self.resume_at = pending, steady + RESUME_EVERY_S
         jobs = self.table.jobs
         demand = sorted((v for v in pending if (j := jobs.get(v.id)) is not None
                          and j.state == JobState.PENDING), key=lambda v: (v.submit_time, v.id))
-        down = self._ours(NodeState.POWERED_DOWN)
-        if not demand or not down:
+        if not demand:
             return
         while self.recent and steady - self.recent[0] >= RATE_WINDOW_S:
             self.recent.popleft()
