@@ -207,7 +207,12 @@ def test_pending_demand_by_gpu_type_and_vram_class() -> None:
 
 
 def test_slurm_state_words_of_power_states() -> None:
+    from gq.slurm.scontrol import _long_state
+    from gq.slurm.sinfo import COMPACT
     node = {"gpus": [], "cpus": 8}
-    assert [node_state({**node, "state": s}, 0)
-            for s in ("POWERED_DOWN", "POWERING_UP", "POWERING_DOWN")] == \
-        ["idle~", "idle#", "idle%"]
+    words = [node_state({**node, "state": s}, 0)
+             for s in ("POWERED_DOWN", "POWERING_UP", "POWERING_DOWN")]
+    assert words == ["idle~", "idle#", "idle%"]
+    assert all(COMPACT[w] == w for w in words)  # sinfo's %t of each
+    assert _long_state({**node, "state": "POWERED_DOWN"}, 0) == "IDLE+CLOUD+POWERED_DOWN"
+    assert _long_state({**node, "state": "UP"}, 0) == "IDLE"
