@@ -17,17 +17,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gq import defaults
 from gq.errors import ConfigError, GqError
 
 if TYPE_CHECKING:
     from gq.model import Node
 
-#: Defaults (Slurm's: SuspendTime is off there by default, ResumeTimeout 60 s, SuspendTimeout
-#: 30 s, ResumeRate 300 nodes a minute).
-SUSPEND_TIME_S = 600.0
-RESUME_TIMEOUT_S = 300.0
-SUSPEND_TIMEOUT_S = 30.0
-RESUME_RATE = 300
 
 
 @dataclass
@@ -37,14 +32,14 @@ class PowerConfig:
     #: Run as `PROGRAM HOSTLIST` to stop nodes idle for suspend_time; "" suspends none.
     suspend_program: str = ""
     #: Seconds a node of `nodes` is idle (no job) before it is suspended.
-    suspend_time: float = SUSPEND_TIME_S
+    suspend_time: float = defaults.POWER_SUSPEND_TIME_S
     #: Seconds a resumed node has to register; past them it is DOWN with the reason.
-    resume_timeout: float = RESUME_TIMEOUT_S
+    resume_timeout: float = defaults.POWER_RESUME_TIMEOUT_S
     #: Seconds a suspended node stays POWERING_DOWN (its messages ignored) at most, while the
     #: suspend program runs.
-    suspend_timeout: float = SUSPEND_TIMEOUT_S
+    suspend_timeout: float = defaults.POWER_SUSPEND_TIMEOUT_S
     #: Most nodes resumed a minute; 0 is no limit.
-    resume_rate: int = RESUME_RATE
+    resume_rate: int = defaults.POWER_RESUME_RATE
     #: The nodes that may be powered down, each `NAME[:cpus=N,mem=SIZE,gpus=SPEC,features=A+B]`
     #: as `gq up --node` takes (NAME may be a hostlist, `cloud[1-4]:gpus=4xa100:80G`).
     nodes: list[str] = field(default_factory=list)
