@@ -193,6 +193,24 @@ def test_a_resumed_node_registers_runs_and_is_suspended_when_idle(tmp_path: Path
     assert head.nodes["c1"].state == NodeState.POWERED_DOWN
 
 
+def test_an_idle_node_a_pending_job_fits_is_not_suspended(tmp_path: Path) -> None:
+    head = _cloud_head(Store(str(tmp_path / "gq.db")))
+    with head.tx():  # c1 is up (an admin booted it, say); c2 and c3 are off
+        head.nodes["c1"].state = NodeState.POWERING_UP
+    _register(head, "c1", T0)
+    # A two-node job: c1 and one more node; c2 is resumed and never comes.
+    gang = _submit(head, T0, nodes=2, gpus=1, gpu_type="a100")
+    for now in (T0, T0 + 1, T0 + 2, T0 + 9):
+        _turn(head, now)
+    assert head.jobs[gang].state.value == "PENDING"
+    assert _states(head) == {"c1": "UP", "c2": "POWERING_UP", "c3": "POWERED_DOWN"}
+    with head.tx():
+        head.table.cancel(head.jobs[gang], T0 + 10)
+    for now in (T0 + 10, T0 + 16):  # nothing wants it now: idle past suspend_time, suspended
+        _turn(head, now)
+    assert head.nodes["c1"].state == NodeState.POWERING_DOWN
+
+
 def test_pending_demand_by_gpu_type_and_vram_class() -> None:
     class Job:  # the state is all pending_demand reads of a job
         def __init__(self, state: str) -> None:

@@ -110,7 +110,7 @@ class Power:
         steady = self.table.steady(now)
         self._reap()
         out = self._powering(now, steady)
-        self._suspend_idle(steady)
+        self._suspend_idle(steady, pending)
         self._resume(steady, pending)
         return out
 
@@ -150,7 +150,7 @@ class Power:
                 log.info("node %s is powered down", node.name)
         return out
 
-    def _suspend_idle(self, steady: float) -> None:
+    def _suspend_idle(self, steady: float, pending: Iterable[PendingJob]) -> None:
         if not self.cfg.suspend_program:
             return
         idle = []
@@ -163,6 +163,12 @@ class Power:
                 idle.append(node)
         for name in [n for n in self.idle_since if self.registry.nodes[n].state != NodeState.UP]:
             del self.idle_since[name]
+        # An idle node a pending job would fit is kept (its clock starts again): the job waits
+        # for more (a reservation that includes this node, a gang's other nodes powering up).
+        wanted = self._wanted(idle, pending)
+        for node in wanted:
+            self.idle_since[node.name] = steady
+        idle = [n for n in idle if n not in wanted]
         if not idle:
             return
         for node in idle:
@@ -208,6 +214,17 @@ class Power:
             self._set(self.registry.nodes[name], NodeState.POWERING_UP, "resumed for pending jobs")
         log.info("resuming %s for %d pending jobs", compress(names), len(demand))
         self._queue(self.cfg.resume_program, names)
+
+    def _wanted(self, idle: list[Node], pending: Iterable[PendingJob]) -> list[Node]:
+        """The idle nodes one rank of a job still pending would fit."""
+        if not idle:
+            return []
+        jobs = self.table.jobs
+        waiting = [v for v in pending if (j := jobs.get(v.id)) is not None
+                   and j.state == JobState.PENDING]
+        return [n for n in idle
+                if any(Room.of(n.name, n.gpus, n.cpus, n.mem).fits(v) is not None
+                       for v in waiting)]
 
     def _free_up(self) -> list[Room]:
         """What the jobs holding UP nodes leave free on them."""
