@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from gq import defaults
 from gq.errors import ConfigError, GqError
+from gq.powercfg import PowerConfig
+from gq.powercfg import check as check_power
 from gq.units import parse_duration
 
 if TYPE_CHECKING:
@@ -284,6 +286,8 @@ class Config:
     #: None defined: one partition, defaults.DEFAULT_PARTITION, of every node.
     partition: dict[str, PartitionConfig] = field(default_factory=dict)
     auth: AuthConfig = field(default_factory=AuthConfig)
+    #: Power saving: nodes gqd resumes and suspends (gq/powercfg.py).
+    power: PowerConfig = field(default_factory=PowerConfig)
     #: The file this came from, for messages ("" for built-in defaults).
     path: str = ""
 
@@ -310,7 +314,7 @@ class Config:
 
 _SECTIONS = {"head": HeadConfig, "node": NodeConfig, "client": ClientConfig,
              "relay": RelayConfig, "api": ApiConfig, "scheduler": SchedulerConfig,
-             "auth": AuthConfig}
+             "auth": AuthConfig, "power": PowerConfig}
 _DURATION_KEYS = {"default_time", "max_time"}
 
 
@@ -379,6 +383,7 @@ def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
         if name not in exempted:
             qos.preempt_exempt_s = cfg.scheduler.preempt_exempt_s
     _check_shares(cfg, source)
+    check_power(cfg.power, source)
     return cfg
 
 

@@ -186,3 +186,11 @@ JOB_PIDS_MAX = 16384
 #: end, and gqnode (whose loop must not stall) for those a dead shepherd left, in seconds.
 CGROUP_KILL_TIMEOUT_S = 10.0
 CGROUP_KILL_NODE_S = 1.0
+
+#: [power] (gq/powercfg.py): seconds idle before a node is suspended, seconds a resumed node has
+#: to register, seconds a suspend may take, nodes resumed a minute (Slurm's ResumeTimeout is
+#: 60 s, SuspendTimeout 30 s, ResumeRate 300; cloud instances often boot in minutes).
+POWER_SUSPEND_TIME_S = 600.0
+POWER_RESUME_TIMEOUT_S = 300.0
+POWER_SUSPEND_TIMEOUT_S = 30.0
+POWER_RESUME_RATE = 300

@@ -60,6 +60,13 @@ class NodeState(str, enum.Enum):
     DRAIN = "DRAIN"
     #: Silent past the node timeout, or never seen since the head started.
     DOWN = "DOWN"
+    #: Power saving ([power] nodes, gq/head/power.py; Slurm's POWERED_DOWN, POWERING_UP,
+    #: POWERING_DOWN): off, and resumed when pending jobs fit it; its resume program has run
+    #: and it has not registered yet; its suspend program is running (its messages ignored).
+    #: None takes jobs.
+    POWERED_DOWN = "POWERED_DOWN"
+    POWERING_UP = "POWERING_UP"
+    POWERING_DOWN = "POWERING_DOWN"
 
 
 # ---------------------------------------------------------------- GPUs

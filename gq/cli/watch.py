@@ -104,7 +104,8 @@ def view(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> Any:
 
 def _state(node: dict[str, Any]) -> Any:
     from rich.text import Text
-    style = {"UP": "green", "DRAIN": "yellow", "DOWN": "red"}.get(node["state"], "")
+    style = {"UP": "green", "DRAIN": "yellow", "DOWN": "red", "POWERED_DOWN": "dim",
+             "POWERING_UP": "cyan", "POWERING_DOWN": "dim"}.get(node["state"], "")
     return Text(node["state"] + (f" ({node['reason']})" if node.get("reason") else ""), style)
 
 

@@ -30,6 +30,7 @@ from gq.head.listings import Listings
 from gq.head.nodes import NodeRegistry
 from gq.head.orders import Order
 from gq.head.partitions import Partitions
+from gq.head.power import Power
 from gq.head.steps import Steps
 from gq.head.submits import Submits
 from gq.head.tokens import Tokens
@@ -71,6 +72,8 @@ class Head:
         self.table = JobTable(store, cfg, addr_of=lambda name: self.registry.addr(name),
                               steady=steady)
         self.registry = NodeRegistry(store, self.table, cfg)
+        #: Power saving: nodes resumed and suspended ([power], gq/head/power.py).
+        self.power = Power(cfg, self.registry, self.table)
         #: The partitions, and where each job may run (its allowed nodes).
         self.partitions = Partitions(cfg)
         self.admission = Admission(cfg, self.table, self.registry, lambda: self.partitions)
@@ -94,6 +97,9 @@ class Head:
         self.table.load(now)
         self.checkpoints.load()
         self.registry.load()
+        with store.tx():
+            if self.power.load():
+                self._reshaped()
         self._handlers: dict[str, Handler] = {
             protocol.PING: self._req_ping, protocol.SUBMIT: self._req_submit,
             protocol.CANCEL: self.actions.req_cancel, protocol.UPDATE: self.actions.req_update,
@@ -117,6 +123,7 @@ class Head:
         """Take a (re)loaded config: QOS, weights and admins apply from the next pass."""
         self.cfg = cfg
         self.policy = cfg.policy()
+        self.power.configure(cfg)
         self.partitions = Partitions(cfg)
         self.table.views.allowed = lambda spec: self.partitions.allowed(spec, self.registry.nodes)
         self.table.views.reset()
@@ -262,6 +269,7 @@ class Head:
     def tick(self, now: float) -> None:
         """Timers: node timeouts, unconfirmed launches, --begin times, parked waits."""
         self.outbox.extend(self.registry.tick(now))
+        self.outbox.extend(self.power.tick(now, self.last_pending))
         self.outbox.extend(self.table.resend_due(now))
         if self.steps.live:
             self.steps.sweep(now)

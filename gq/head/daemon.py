@@ -114,8 +114,9 @@ class HeadServer:
         start = time.monotonic()
         if self.metrics is None or start < self.publish_at:
             return
-        self.metrics.publish(metrics.sample(self.head.index, self.head.nodes.values(),
-                                            self.cfg.qos))
+        self.metrics.publish(metrics.sample(
+            self.head.index, self.head.nodes.values(), self.cfg.qos,
+            metrics.pending_demand(self.head.last_pending, self.head.jobs)))
         cost = time.monotonic() - start
         self.publish_at = start + max(metrics.PUBLISH_S, cost / metrics.MAX_LOAD)
 
@@ -394,6 +395,7 @@ class HeadServer:
         for order in self.head.take_orders():
             self._send_node(order.node, order.encode())
         self.head.table.mailer.send()
+        self.head.power.send()
 
     def _client(self, req: ClientRequest, now: float) -> tuple[ClientRequest, bytes, bool] | None:
         """(request, reply, accepted) — or None when the reply is deferred."""

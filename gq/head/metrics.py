@@ -9,15 +9,16 @@ prometheus_client's own, which are thread-safe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gq.errors import ConfigError
-from gq.model import JobState, Node, NodeState
+from gq.model import Job, JobState, Node, NodeState
 
 if TYPE_CHECKING:
     from gq.head.index import JobIndex
+    from gq.sched.types import PendingJob
 
 log = logging.getLogger("gq.head")
 
@@ -60,9 +61,31 @@ class Sample:
     #: Node name -> state.
     nodes: dict[str, str] = field(default_factory=dict)
     gpus: tuple[GpuSample, ...] = ()
+    #: (GPU type, VRAM class) -> GPUs the pending jobs ask for (`pending_demand`).
+    pending_gpus: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def sample(queue: JobIndex, nodes: Iterable[Node], qos_names: Iterable[str]) -> Sample:
+def vram_class(gpu_mem: int | None) -> str:
+    """A job's --gpu-mem as a label: whole GiB rounded up (`80G`), or `any`."""
+    return "any" if not gpu_mem else f"{-(-gpu_mem // 2**30)}G"
+
+
+def pending_demand(views: Iterable[PendingJob], jobs: Mapping[int, Job]
+                   ) -> dict[tuple[str, str], int]:
+    """GPUs asked for by the jobs of the last pass that are still pending (those the gate and
+    the running limits let through: what more nodes would start), by (GPU type, VRAM class):
+    the figure an autoscaler scales on."""
+    out: dict[tuple[str, str], int] = {}
+    for v in views:
+        job = jobs.get(v.id)
+        if job is not None and job.state == JobState.PENDING and v.gpus:
+            key = ((v.gpu_type or "any").lower(), vram_class(v.gpu_mem))
+            out[key] = out.get(key, 0) + v.gpus * max(v.nodes, 1)
+    return out
+
+
+def sample(queue: JobIndex, nodes: Iterable[Node], qos_names: Iterable[str],
+           pending_gpus: dict[tuple[str, str], int] | None = None) -> Sample:
     """The loop's side: what the head holds now, from its index (the queue's counts are kept
     there as jobs change: no scan of what may be 100k jobs)."""
     depth = {(state, q): 0 for state in QUEUE_STATES for q in qos_names}
@@ -79,7 +102,8 @@ def sample(queue: JobIndex, nodes: Iterable[Node], qos_names: Iterable[str]) -> 
             gpus.append(GpuSample(node.name, g.index, g.type, g.memory,
                                   holders.get((node.name, g.index)), _num(t.get("util")),
                                   _num(t.get("mem_used")), _num(t.get("temp"))))
-    return Sample(jobs=depth, reasons=dict(reasons), nodes=states, gpus=tuple(gpus))
+    return Sample(jobs=depth, reasons=dict(reasons), nodes=states, gpus=tuple(gpus),
+                  pending_gpus=dict(pending_gpus or {}))
 
 
 def _num(value: Any) -> float | None:
@@ -152,7 +176,12 @@ class Metrics:
             reasons.add_metric([reason], n)
         running = Gauge("gq_running_gpus", "GPUs held by running jobs")
         running.add_metric([], sum(g.job is not None for g in s.gpus))
-        yield from (jobs, reasons, running, *self._node_families(s))
+        demand = Gauge("gq_pending_gpus", "GPUs asked for by pending jobs that could start "
+                       "but for resources, by GPU type and VRAM class (--gpu-mem, whole GiB "
+                       "rounded up; any: none asked)", labels=["gpu_type", "vram_class"])
+        for (gtype, vram), n in sorted(s.pending_gpus.items()):
+            demand.add_metric([gtype, vram], n)
+        yield from (jobs, reasons, running, demand, *self._node_families(s))
 
     def _node_families(self, s: Sample) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily as Gauge

@@ -69,6 +69,9 @@ class NodeRegistry:
         self.doomed: dict[str, float] = {}
         #: Called when a node comes or its features change (where jobs may run changed).
         self.reshaped: Callable[[], None] = lambda: None
+        #: `gq admin resume` of a DOWN node that is not registered (gq/head/power.py makes a
+        #: node of [power] nodes POWERED_DOWN again).
+        self.powered_off: Callable[[Node], None] = lambda node: None
         #: A node's report that it started its tasks of a step, or that they ended
         #: (gq/head/steps.py).
         self.step_report: Callable[[str, Report, float], list[Order]] = \
@@ -81,8 +84,10 @@ class NodeRegistry:
         """The nodes the store knows, at gqd's start."""
         self.nodes.clear()
         for node in self.store.load_nodes():
-            # Until it registers again we know nothing about a node; drains are kept.
-            if node.state != NodeState.DRAIN:
+            # Until it registers again we know nothing about a node; drains are kept, and
+            # power states (gq/head/power.py, which loads them).
+            if node.state not in (NodeState.DRAIN, NodeState.POWERED_DOWN,
+                                  NodeState.POWERING_UP, NodeState.POWERING_DOWN):
                 node.state, node.reason = NodeState.DOWN, "not registered since gqd started"
             self.nodes[node.name] = node
         self.registered.clear()
@@ -98,6 +103,8 @@ class NodeRegistry:
     def handle(self, name: str, msg: NodeMessage, now: float) -> list[Order]:
         if msg.node != name:
             raise ProtocolError(f"node {name!r} sent a message signed {msg.node!r}")
+        if name in self.nodes and self.nodes[name].state == NodeState.POWERING_DOWN:
+            return []  # being suspended (gq/head/power.py): its last words bring it not back
         if isinstance(msg, Register):
             return self._register(name, msg, now)
         if name not in self.registered:
@@ -338,14 +345,18 @@ class NodeRegistry:
                 node.state = NodeState.UP
             node.reason = "" if node.state == NodeState.UP else node.reason
             node.drain_reason = ""
+            if node.state == NodeState.DOWN and node.name not in self.registered:
+                self.powered_off(node)  # a node of [power] nodes: off again, to be resumed
             self.store.save_node(node)
         self.table.touch()
         return {"nodes": [n.name for n in nodes]}
 
     def _drain(self, node: Node, reason: str) -> None:
         self._keep(node)
-        # A DOWN node stays DOWN with the reason; drain_reason brings it back drained.
-        if node.state != NodeState.DOWN:
+        # A DOWN node stays DOWN with the reason; drain_reason brings it back drained. So does
+        # a node in a power state (gq/head/power.py, which resumes no drained node).
+        if node.state not in (NodeState.DOWN, NodeState.POWERED_DOWN, NodeState.POWERING_UP,
+                              NodeState.POWERING_DOWN):
             node.state = NodeState.DRAIN
         node.reason = node.drain_reason = reason
         self.store.save_node(node)

@@ -136,7 +136,7 @@ def node_lines(node: dict[str, Any], parts: list[str], used_cpus: int) -> list[s
         f"   NodeAddr={node.get('addr') or node['name']} NodeHostName={node['name']} "
         "Version=gq",
         f"   RealMemory={mem_mb} AllocMem=0 FreeMem=N/A Sockets={node['cpus']} Boards=1",
-        f"   State={node_state(node, used_cpus).upper()} ThreadsPerCore=1 TmpDisk=0 Weight=1 "
+        f"   State={_long_state(node, used_cpus)} ThreadsPerCore=1 TmpDisk=0 Weight=1 "
         "Owner=N/A MCS_label=N/A",
         f"   Partitions={','.join(parts)} ",
         f"   LastBusyTime={common.local(node.get('last_seen'))}",
@@ -147,6 +147,17 @@ def node_lines(node: dict[str, Any], parts: list[str], used_cpus: int) -> list[s
     ]
 
 
+#: Slurm's suffixes of a powered-down, a powering-up and a powering-down node's state.
+POWER_SUFFIX = {"POWERED_DOWN": "~", "POWERING_UP": "#", "POWERING_DOWN": "%"}
+
+
+def _long_state(node: dict[str, Any], used_cpus: int) -> str:
+    """scontrol's State=: IDLE, MIXED ... and for power saving IDLE+CLOUD+POWERED_DOWN."""
+    if node["state"] in POWER_SUFFIX:
+        return f"IDLE+CLOUD+{node['state']}"
+    return node_state(node, used_cpus).upper()
+
+
 def node_state(node: dict[str, Any], used_cpus: int) -> str:
     """A node's state in Slurm's long words: idle, mixed, allocated, draining, drained, down."""
     gpus = node["gpus"]
@@ -154,6 +165,8 @@ def node_state(node: dict[str, Any], used_cpus: int) -> str:
     busy = held or used_cpus
     if node["state"] == "DOWN":
         return "down*"
+    if node["state"] in POWER_SUFFIX:  # Slurm's power saving marks: idle~, idle#, idle%
+        return "idle" + POWER_SUFFIX[node["state"]]
     if node["state"] == "DRAIN":
         return "draining" if busy else "drained"
     if not busy:

@@ -18,7 +18,8 @@ NODES = "%#N %.6D %.#P %6t"
 SUMMARY = "%#P %.5a %.10l %.16F %N"
 #: Slurm's compact state words (sinfo %t) for the long ones (%T).
 COMPACT = {"idle": "idle", "mixed": "mix", "allocated": "alloc", "draining": "drng",
-           "drained": "drain", "down*": "down*"}
+           "drained": "drain", "down*": "down*", "idle~": "idle~", "idle#": "idle#",
+           "idle%": "idle%"}
 
 #: A row: (partition, its nodes in this row, the cluster's view) - see `_rows`.
 Row = tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]
@@ -40,7 +41,7 @@ def _counts(row: Row, of: str) -> str:
             o += weight
         elif of == "C":
             a, i = a + (used or 0), i + weight - (used or 0)
-        elif state == "idle":
+        elif state.startswith("idle"):  # powered down (idle~) too, as Slurm counts it
             i += weight
         else:
             a += weight
