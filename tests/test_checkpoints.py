@@ -17,8 +17,8 @@ from gq.errors import NotFoundError, PermissionDenied, RefusedError, UsageError
 from gq.head.auth import Caller
 from gq.head.core import Head
 from gq.messages import read as read_message
-from gq.model import JobSpec
 from gq.store import MIGRATIONS, SCHEMA_VERSION, Store
+from tests import headkit
 
 NOW = 1_000_000.0
 OWNER = Caller(uid=1000, user="ann", proven=True)
@@ -43,16 +43,10 @@ def _head() -> Head:
 
 
 def _submit(head: Head, now: float, qos: str = "free", gpus: int = 1) -> int:
-    spec = JobSpec(script="#!/bin/sh\ntrue\n", cwd="/tmp", gpus=gpus, qos=qos, time_limit_s=7200)
-    with head.store.tx():
-        reply = head.handle_client({"type": protocol.SUBMIT, "rid": 1, "jobs": [spec.to_dict()]},
-                                   OWNER, None, now)
-    return reply["ids"][0]
+    return headkit.submit(head, now, OWNER, gpus=gpus, qos=qos, time_limit_s=7200)
 
 
-def _pass(head: Head, now: float) -> None:
-    with head.store.tx():
-        head.schedule(now)
+_pass = headkit.schedule
 
 
 def _checkpoint(head: Head, job_id: int, restart: int, caller: Caller, now: float) -> dict:

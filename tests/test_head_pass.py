@@ -12,9 +12,9 @@ from gq.head.auth import Caller
 from gq.head.core import Head
 from gq.head.views import pending_view as _pending_view
 from gq.messages import read as read_message
-from gq.model import JobSpec
 from gq.sched.priority import priority
 from gq.store import Store
+from tests import headkit
 
 OWNER = Caller(uid=1000, user="ann", proven=True)
 T0 = 1_000_000.0
@@ -36,17 +36,10 @@ def _head() -> Head:
 
 
 def _submit(head: Head, now: float, gpus: int, qos: str = "normal", limit: int = 3600) -> int:
-    spec = JobSpec(script="#!/bin/sh\ntrue\n", cwd="/tmp", gpus=gpus, qos=qos,
-                   time_limit_s=limit)
-    with head.store.tx():
-        reply = head.handle_client({"type": protocol.SUBMIT, "rid": 1, "jobs": [spec.to_dict()]},
-                                   OWNER, None, now)
-    return reply["ids"][0]
+    return headkit.submit(head, now, OWNER, gpus=gpus, qos=qos, time_limit_s=limit)
 
 
-def _pass(head: Head, now: float) -> None:
-    with head.store.tx():
-        head.schedule(now)
+_pass = headkit.schedule
 
 
 def _queue(head: Head, now: float) -> dict[int, dict]:

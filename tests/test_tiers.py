@@ -16,7 +16,7 @@ from gq.errors import ConfigError
 from gq.head.auth import Caller
 from gq.head.core import Head
 from gq.messages import read as read_message
-from gq.model import Gpu, JobSpec
+from gq.model import Gpu
 from gq.sched import NodeView, PendingJob, Policy, RunningJob, Snapshot, plan
 from gq.sim import trace as trace_mod
 from gq.sim.engine import Cluster, simulate
@@ -24,6 +24,7 @@ from gq.sim.metrics import summarize
 from gq.sim.replay import gq_policy
 from gq.sim.trace import TraceOptions
 from gq.store import Store
+from tests import headkit
 
 NOW = 1_000_000.0
 SRC = "test.toml"
@@ -192,16 +193,10 @@ def _head(cfg: Config) -> Head:
 
 
 def _submit(head: Head, now: float, qos: str, gpus_: int = 1) -> int:
-    spec = JobSpec(script="#!/bin/sh\ntrue\n", cwd="/tmp", gpus=gpus_, qos=qos, time_limit_s=3600)
-    with head.store.tx():
-        reply = head.handle_client({"type": protocol.SUBMIT, "rid": 1, "jobs": [spec.to_dict()]},
-                                   OWNER, None, now)
-    return reply["ids"][0]
+    return headkit.submit(head, now, OWNER, gpus=gpus_, qos=qos, time_limit_s=3600)
 
 
-def _pass(head: Head, now: float) -> None:
-    with head.store.tx():
-        head.schedule(now)
+_pass = headkit.schedule
 
 
 @pytest.mark.parametrize("share, stopped", [(0.0, 2), (0.5, 0)])
