@@ -206,3 +206,16 @@ def test_a_slice_of_the_real_trace_keeps_the_invariants():
         assert len(result.records) == len(pods) - len(result.rejected)
         # Every GPU's thousandths stayed within the whole, checked again from the records.
         assert all(r.pod.milli <= MILLI for r in result.records)
+
+
+def test_since_starts_the_replay_there(tmp_path):
+    path = write(tmp_path, NODES, [(0, 1, 50, 1000, 1000, 1024, ""),     # ended before: out
+                                   (0, 1, 500, 300, 1000, 1024, ""),    # running: from 100
+                                   (150, 1, 10, 1000, 1000, 1024, "")])
+    with (tmp_path / "jobs.csv").open("a", newline="") as fh:  # a pod that never ran
+        csv.writer(fh).writerow(["p3", 5, 1, "", "", "BE", "", "", "Pending", 1000, 1000,
+                                 1024, "", "", "", 0])
+    pods = alibaba.read_pods(path, AlibabaOptions(since_s=100))
+    assert [(p.name, p.submit_time, p.runtime_s, p.shares) for p in pods] == [
+        ("p1", 100, 400, True), ("p2", 150, 10, False)]
+    assert alibaba.nodes_beside(path) == tmp_path / "nodes.csv"
