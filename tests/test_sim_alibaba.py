@@ -219,3 +219,15 @@ def test_since_starts_the_replay_there(tmp_path):
     assert [(p.name, p.submit_time, p.runtime_s, p.shares) for p in pods] == [
         ("p1", 100, 400, True), ("p2", 150, 10, False)]
     assert alibaba.nodes_beside(path) == tmp_path / "nodes.csv"
+
+
+def test_the_papers_experiment_fills_the_cluster_without_breaking_the_invariants(trace):
+    """gq/sim/inflate.py: pods drawn from the trace arrive and never leave; allocation grows
+    with arrived demand and stays within the cluster (inflate audits every placement)."""
+    from gq.sim.inflate import inflate
+    nodes, pods = load(trace)
+    pods = [p for p in pods if p.name != "p54"]  # the A10 pod fits nowhere here
+    for name in HETERO_POLICIES:
+        got = inflate(nodes, pods, name, seed=1, marks=(0.5, 1.0, 1.5))
+        assert 0.45 <= got[0.5] <= got[1.0] <= got[1.5] <= 1.0, (name, got)
+        assert got[1.5] > 0.7, (name, got)

@@ -233,6 +233,21 @@ class HeteroSim:
         end = self.now + min(pod.runtime_s, pod.time_limit_s or math.inf)
         heapq.heappush(self.events, (end, 0, pod_id))
 
+    def offer(self, pod: Pod, now: float) -> bool:
+        """Submit one pod at `now`, outside `run`, and pass once: True if it started; a pod
+        that did not is dropped (the paper's experiment counts it failed; gq/sim/inflate.py)."""
+        self.now = now
+        self.pending[pod.id] = pod
+        if pod.gpus:
+            self._wait(pod, 1)
+        self.policy(self, now)
+        if pod.id not in self.pending:
+            return True
+        del self.pending[pod.id]
+        if pod.gpus:
+            self._wait(pod, -1)
+        return False
+
     def _check(self, pod: Pod, state: NodeState, gpus: tuple[int, ...]) -> None:
         name = state.node.name
         if len(gpus) != pod.gpus or len(set(gpus)) != len(gpus):
