@@ -61,9 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-stride", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policy", default="firstfit,bestfit,fgd")
+    parser.add_argument("--gpu-pods-only", action="store_true",
+                        help="draw only GPU pods (CPU-only pods take CPUs GPU pods need)")
     args = parser.parse_args(argv)
     nodes = alibaba.read_nodes(args.nodes, args.node_stride)
     pods = alibaba.read_pods(args.jobs, alibaba.AlibabaOptions(since_s=9964972))
+    if args.gpu_pods_only:
+        pods = [p for p in pods if p.gpus]
     print(f"# {len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs; pods drawn from "
           f"{len(pods)} (seed {args.seed}); GPU allocation at arrived demand (x capacity)")
     names = [n for n in args.policy.split(",") if n]
