@@ -231,3 +231,12 @@ def test_the_papers_experiment_fills_the_cluster_without_breaking_the_invariants
         got = inflate(nodes, pods, name, seed=1, marks=(0.5, 1.0, 1.5))
         assert 0.45 <= got[0.5] <= got[1.0] <= got[1.5] <= 1.0, (name, got)
         assert got[1.5] > 0.7, (name, got)
+
+
+def test_identical_nodes_still_need_nodes(tmp_path, capsys):
+    from gq.cli.main import main
+    path = tmp_path / "philly.csv"
+    path.write_text("job_id,submit_time_s,gpus,runtime_s\nj1,0,1,10\n")
+    assert main(["sim", str(path)]) == 2
+    assert "--nodes is required" in capsys.readouterr().err
+    assert main(["sim", str(path), "--nodes", "1", "--policy", "fifo"]) == 0
