@@ -12,12 +12,14 @@ def sim_inventory(trace: str, nodes_csv: str, stride: int, since: float, policy:
                   limits: str, seed: int, config_file: str | None, as_json: bool) -> int:
     from gq.errors import UsageError
     from gq.sim import alibaba, inventory
-    from gq.sim.heteropolicy import make
+    from gq.sim.heteropolicy import HETERO_POLICIES
     names: list[str] = []
     for value in policy:
         for name in (v.strip() for v in value.split(",")):
+            if name and name not in HETERO_POLICIES:
+                raise UsageError(f"unknown policy {name!r} for a node inventory replay: "
+                                 f"expected one of {', '.join(HETERO_POLICIES)}")
             if name and name not in names:
-                make(name, None, None)  # type: ignore[arg-type]  # an unknown name fails here
                 names.append(name)
     opts = alibaba.AlibabaOptions(limits=limits, seed=seed, node_stride=stride, since_s=since)
     try:
