@@ -25,9 +25,12 @@ def register(app: typer.Typer) -> None:
 def sim(
     trace: str = typer.Argument(..., help="trace CSV (../shared/traces format: Philly or Alibaba)"),
     vc: Optional[str] = typer.Option(None, "--vc", help="Philly virtual cluster to replay"),
-    nodes: int = typer.Option(..., "-n", "--nodes", help="nodes in the simulated cluster"),
+    nodes: Optional[int] = typer.Option(None, "-n", "--nodes", help="identical nodes in the simulated cluster (required unless a node inventory is replayed)"),
+    nodes_csv: Optional[str] = typer.Option(None, "--nodes-csv", metavar="CSV", help="replay on this node inventory (Alibaba nodes.csv: GPU models, CPUs, memory) with GPU sharing; default: nodes.csv beside an Alibaba trace when --nodes is not given"),
+    node_stride: int = typer.Option(1, "--node-stride", help="with a node inventory: keep every N-th node of each GPU model"),
+    since: float = typer.Option(0.0, "--since", metavar="SECONDS", help="with a node inventory: replay from this trace second (pods running then start then)"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node"),
-    policy: list[str] = typer.Option(["gq"], "--policy", help="gq|easy|conservative|fifo|firstfit; repeat or comma-separate to compare"),
+    policy: list[str] = typer.Option(["gq"], "--policy", help="gq|easy|conservative|fifo|firstfit (a node inventory: gq|firstfit|bestfit|fgd); repeat or comma-separate to compare"),
     limits: str = typer.Option("exact", "--limits", help="time limit = runtime x k: exact (1), x2, x5, random (U[1,5]); or trace (its limit_s column)"),
     seed: int = typer.Option(0, "--seed", help="seed of random limits and the QOS mix"),
     schedule_out: Optional[str] = typer.Option(None, "--schedule-out", metavar="CSV", help="write each job's start, end and nodes under each policy"),
@@ -40,6 +43,17 @@ def sim(
     from gq.errors import UsageError
     from gq.sim import replay, trace as trace_mod
     from gq.sim.engine import Cluster
+    if nodes is None:
+        from gq.sim.alibaba import nodes_beside
+        found = nodes_csv or nodes_beside(trace)
+        if found is None:
+            raise UsageError("--nodes is required (or --nodes-csv for a node inventory)")
+        nodes_csv = str(found)
+    if nodes_csv:
+        from gq.cli.siminventory import sim_inventory
+        return sim_inventory(trace, nodes_csv, node_stride, since, policy, limits, seed,
+                             config_file, as_json)
+    assert nodes is not None  # (found above, or a node inventory was replayed)
     if nodes < 1 or gpus_per_node < 1:
         raise UsageError("--nodes and --gpus-per-node must be at least 1")
     names = replay.parse_policies(policy)

@@ -158,7 +158,8 @@ def parse_rows(rows: Iterable[dict[str, str]], opts: TraceOptions) -> list[Trace
         submit, gpus, runtime = (_number(row, c) for c in ("submit_time_s", "gpus", "runtime_s"))
         if submit is None or runtime is None or not gpus:
             continue
-        # Alibaba's fractional GPUs (gpu_milli < 1000) still hold a whole GPU here: no sharing.
+        # Alibaba's fractional GPUs (gpu_milli < 1000) still hold a whole GPU here: no sharing
+        # on identical nodes (its node inventory with sharing: gq/sim/alibaba.py, hetero.py).
         raw.append((submit, line, row, runtime, max(1, math.ceil(gpus))))
     raw.sort(key=lambda r: (r[0], r[1]))
     jobs = []
