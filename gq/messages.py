@@ -103,6 +103,8 @@ class RunSpec:
     mem_per_gpu: int | None = None
     partition: str | None = None
     open_mode: str | None = None
+    #: `--cache-key`: gqnode remembers it on the run's GPUs and sets GQ_CACHE_WARM.
+    cache_key: str | None = None
 
     @classmethod
     def of(cls, spec: Any) -> RunSpec:

@@ -222,6 +222,10 @@ class JobSpec:
     #: `--mail-type` (upper case, comma-separated) and `--mail-user` (None: the owner).
     mail_type: str | None = None
     mail_user: str | None = None
+    #: `--cache-key`: what the job loads (model affinity, docs/SCHEDULING.md), or None.
+    cache_key: str | None = None
+    #: `--cold-wait`: seconds it waits for a GPU where its key is warm before a cold one.
+    cold_wait_s: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
@@ -315,6 +319,7 @@ JOB_FIELDS: dict[str, str] = {
     "cpus_per_task": "s.cpus_per_task", "exclusive": "s.exclusive",
     "constraint": "s.constraint", "nice": "s.nice", "comment": "s.comment",
     "nodelist": "s.nodelist", "exclude": "s.exclude", "requeue": "s.requeue",
+    "cache_key": "s.cache_key", "cold_wait_s": "s.cold_wait_s",
 }
 
 
