@@ -111,6 +111,10 @@ class NodeConfig:
     #: once that has surely happened, so no job runs in two places. 0: no lease (jobs run on
     #: through any head outage; a silent node's jobs are requeued at node_timeout_s).
     head_lease_s: float = 0.0
+    #: Model affinity: how many recent jobs' --cache-key each GPU remembers as warm, and
+    #: directories whose subdirectories name keys warm on every GPU of the node.
+    cache_keys_per_gpu: int = defaults.CACHE_KEYS_PER_GPU
+    cache_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -395,6 +399,9 @@ def _check_node(node: NodeConfig, source: str) -> None:
     if not (lease == 0 or 2 * node.heartbeat_s <= lease < math.inf):
         raise ConfigError(f"{source}: [node] head_lease_s must be 0 (no lease) or seconds of at "
                           f"least two heartbeats ({2 * node.heartbeat_s:g}), not {lease!r}")
+    if not 0 <= node.cache_keys_per_gpu <= 256:
+        raise ConfigError(f"{source}: [node] cache_keys_per_gpu must be 0 to 256, not "
+                          f"{node.cache_keys_per_gpu!r}")
     if node.job_pids_max < 0:
         raise ConfigError(f"{source}: [node] job_pids_max must be 0 (no limit) or more, not "
                           f"{node.job_pids_max}")

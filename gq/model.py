@@ -380,6 +380,8 @@ class Node:
     telemetry_at: float = 0.0
     #: Its features (`[node] features`), which jobs' --constraint names.
     features: list[str] = field(default_factory=list)
+    #: GPU index -> the cache keys warm on it (model affinity), as its last heartbeat said.
+    warm: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -387,7 +389,8 @@ class Node:
             "addr": self.addr, "cpus": self.cpus, "mem": self.mem,
             "features": list(self.features),
             "last_seen": iso_time(self.last_seen),
-            "gpus": [{**dataclasses.asdict(g), **self.telemetry.get(g.index, {})} for g in self.gpus],
+            "gpus": [{**dataclasses.asdict(g), **self.telemetry.get(g.index, {}),
+                      "cache_keys": list(self.warm.get(g.index, ()))} for g in self.gpus],
         }
 
 
