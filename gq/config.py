@@ -190,6 +190,9 @@ class SchedulerConfig:
     reserve_age_s: int = 96 * 3600
     #: How many blocked jobs of 8 GPUs or more, first come first, get a reservation besides.
     big_reserve_depth: int = 4
+    #: Model affinity: a cold start of a --cache-key job that has waited less than this (s)
+    #: gives its GPUs to a queued job whose key is warm there; 0: never (docs/SCHEDULING.md).
+    warm_swap_s: int = 0
     #: A job that started less than this long ago is not preempted, in seconds (nor one that
     #: has run less than a quarter of its limit); the default of QOS that set none.
     preempt_exempt_s: int = 600
@@ -303,7 +306,7 @@ class Config:
                       weight_fairshare=sc.weight_fairshare, weight_ratio=sc.weight_ratio,
                       reserve_depth=sc.reserve_depth,
                       reserve_age_s=sc.reserve_age_s,
-                      big_reserve_depth=sc.big_reserve_depth,
+                      big_reserve_depth=sc.big_reserve_depth, warm_swap_s=sc.warm_swap_s,
                       preempts={n: tuple(q.preempts) for n, q in self.qos.items() if q.preempts},
                       preempt_exempt_s=sc.preempt_exempt_s,
                       qos_exempt_s={n: q.preempt_exempt_s for n, q in self.qos.items()},

@@ -10,7 +10,10 @@ GPUs for the job comes before best fit. A job without a key is placed exactly as
 
 from __future__ import annotations
 
-from gq.sched.types import NodeView, PendingJob
+import math
+from collections.abc import Iterable
+
+from gq.sched.types import NodeView, PendingJob, Plan, Start
 
 #: `reason` of a job that waits for a GPU where its --cache-key is warm (its --cold-wait).
 WAITING_WARM = "WaitingForWarmGPU"
@@ -41,3 +44,55 @@ def prefer_warm(view: NodeView, gpus: list[int], chosen: list[int], job: Pending
         return None
     cold = [g for g in chosen if g not in warm][:job.gpus - len(warm)]
     return sorted(warm + cold), job.gpus - len(warm)
+
+
+def swap_warm(result: Plan, pending: Iterable[PendingJob], nodes: Iterable[NodeView],
+              now: float, within_s: float) -> None:
+    """Job choice by warmth (`Policy.warm_swap_s`): a pass's cold start of a keyed job that has
+    waited less than `within_s` gives its GPUs to a queued job that did not start, whose key is
+    warm on all of them and which asks for no more (same GPUs, type, VRAM; no more CPUs, memory
+    or time limit), oldest first. The warm job's run fits inside the cold one's booking, so no
+    reservation moves; the cold job waits for the next GPU (it cannot be passed over once it
+    has waited `within_s`)."""
+    views = {n.name: n for n in nodes}
+    # (Not a job a preemption was planned for: it would lose the GPUs freed for it.)
+    started = {s.job_id for s in result.starts} | {p.for_job for p in result.preemptions}
+    jobs = {j.id: j for j in pending}
+    spare: dict[str, list[PendingJob]] = {}
+    for j in sorted(jobs.values(), key=lambda j: (j.submit_time, j.id)):
+        if j.cache_key is not None and j.id not in started and j.nodes == 1 and not j.share:
+            spare.setdefault(j.cache_key, []).append(j)
+    if not spare:
+        return
+    for i, start in enumerate(result.starts):
+        cold = jobs.get(start.job_id)
+        if cold is None or cold.cache_key is None or cold.nodes != 1 or cold.share \
+                or now - cold.submit_time >= within_s:
+            continue
+        ((name, gpus),) = start.alloc.items()
+        view = views[name]
+        if all(is_warm(view, g, cold.cache_key) for g in gpus):
+            continue
+        for key in {k for g in gpus for k in view.warm.get(g, ())}:
+            found = next((j for j in spare.get(key, ()) if _fits_in(j, cold, name)
+                          and all(is_warm(view, g, key) for g in gpus)), None)
+            if found is not None:
+                spare[key].remove(found)
+                result.starts[i] = Start(job_id=found.id, alloc=start.alloc)
+                result.reasons.pop(found.id, None)
+                # Starting now, it needs its later reservation no more (the pass's bookings
+                # keep it: others were planned around it, which is only cautious).
+                result.reservations.pop(found.id, None)
+                result.reasons[cold.id] = WARM_FIRST
+                break
+
+
+#: `reason` of a keyed job whose cold start a pass gave to a job warm there (`swap_warm`).
+WARM_FIRST = "Priority"
+
+
+def _fits_in(job: PendingJob, slot: PendingJob, node: str) -> bool:
+    return job.gpus == slot.gpus and job.gpu_type == slot.gpu_type \
+        and job.gpu_mem == slot.gpu_mem and job.cpus <= slot.cpus and job.mem <= slot.mem \
+        and 0 < job.time_limit_s <= (slot.time_limit_s or math.inf) \
+        and (job.allowed is None or node in job.allowed) and job.qos == slot.qos

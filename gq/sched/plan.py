@@ -397,6 +397,8 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     run.backfill(rest)
     if policy.preemptors:
         _preempt(state, now, policy, run)
+    if policy.warm_swap_s and run.result.starts:
+        affinity.swap_warm(run.result, state.pending, state.nodes, now, policy.warm_swap_s)
     return run.result
 
 

@@ -209,6 +209,10 @@ class Policy:
     #: QOS -> the share of the GPUs its pending work may always claim: while it holds less, its
     #: jobs go first, and its jobs within that share are never preempted.
     min_share: dict[str, float] = field(default_factory=dict)
+    #: Job choice by warmth (gq/sched/affinity.py `swap_warm`): a cold start of a job with a
+    #: cache key that has waited less than this (seconds) gives its GPUs to a queued job whose
+    #: key is warm on them; 0: never (the default; `gq sim --policy gq-warmswap` tries 300 s).
+    warm_swap_s: float = 0.0
     #: QOS -> the nodes it owns (its guaranteed pool). Jobs of other QOS may borrow them while
     #: no job of the owner waits, and are preempted when one needs them back.
     pools: dict[str, frozenset[str]] = field(default_factory=dict)

@@ -29,6 +29,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Aged jobs all in their order, each reserving, before smallest-first backfill.
     "gq-agedfcfs": {"aged_in_order": True},
     # gq's mechanics in first-come order: should be EASY (docs/SCHEDULING.md).
+    # Model affinity: a young cold start yields its GPU to a queued job warm there.
+    "gq-warmswap": {"warm_swap_s": 300},
     "gq-fcfs": {"reserve_age_s": 10 ** 9, "weight_ratio": 0, "weight_fairshare": 0,
                 "max_age_s": 10 ** 9, "weight_age": 10 ** 9, "backfill_smallest_first": False,
                 "big_reserve_depth": 0},
