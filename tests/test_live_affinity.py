@@ -74,6 +74,7 @@ def test_jobs_go_back_to_the_gpu_where_their_key_is_warm(live: LiveCluster) -> N
     assert _ended(live, a3, out_a) == ([1], "warm=1")
     assert _ended(live, b2, out_b) == ([0], "warm=1")
     assert live.show(b2)["cache_key"] == "B"
+    assert "CacheKey=B" in live.gq("show", str(b2), check=True).stdout
     keys = _keys(live)
     assert keys[0][0] == "B" and keys[1][0] == "A" and keys[2] == keys[3] == [], keys
 
@@ -91,6 +92,8 @@ def test_cold_wait_waits_for_the_warm_gpu_or_goes_cold_when_it_runs_out(
     assert _reason(live, patient, WAITING_WARM)["state"] == "PENDING"
     assert _reason(live, hasty, WAITING_WARM)["state"] == "PENDING"
     assert live.show(patient)["cold_wait_s"] == 600
+    shown = live.gq("show", str(patient), check=True).stdout
+    assert "ColdWait=00:10:00" in shown and f"Reason={WAITING_WARM}" in shown, shown
     # The short wait runs out: that job takes a cold GPU (the lowest free one).
     shown = live.wait_state(hasty, "RUNNING")
     assert shown["gpu_ids"] == {NODE: [1]}
