@@ -57,11 +57,12 @@ def swap_warm(result: Plan, pending: Iterable[PendingJob], nodes: Iterable[NodeV
     views = {n.name: n for n in nodes}
     # (Not a job a preemption was planned for: it would lose the GPUs freed for it.)
     started = {s.job_id for s in result.starts} | {p.for_job for p in result.preemptions}
-    jobs = {j.id: j for j in pending}
+    jobs = {j.id: j for j in pending if j.cache_key is not None}
     spare: dict[str, list[PendingJob]] = {}
-    for j in sorted(jobs.values(), key=lambda j: (j.submit_time, j.id)):
-        if j.cache_key is not None and j.id not in started and j.nodes == 1 and not j.share:
-            spare.setdefault(j.cache_key, []).append(j)
+    for j in sorted((j for j in jobs.values() if j.id not in started and j.nodes == 1
+                     and not j.share), key=lambda j: (j.submit_time, j.id)):
+        assert j.cache_key is not None
+        spare.setdefault(j.cache_key, []).append(j)
     if not spare:
         return
     for i, start in enumerate(result.starts):
@@ -73,18 +74,20 @@ def swap_warm(result: Plan, pending: Iterable[PendingJob], nodes: Iterable[NodeV
         view = views[name]
         if all(is_warm(view, g, cold.cache_key) for g in gpus):
             continue
-        for key in {k for g in gpus for k in view.warm.get(g, ())}:
-            found = next((j for j in spare.get(key, ()) if _fits_in(j, cold, name)
-                          and all(is_warm(view, g, key) for g in gpus)), None)
-            if found is not None:
-                spare[key].remove(found)
-                result.starts[i] = Start(job_id=found.id, alloc=start.alloc)
-                result.reasons.pop(found.id, None)
-                # Starting now, it needs its later reservation no more (the pass's bookings
-                # keep it: others were planned around it, which is only cautious).
-                result.reservations.pop(found.id, None)
-                result.reasons[cold.id] = WARM_FIRST
-                break
+        # The oldest fitting job of any key warm on all these GPUs (in a set's order, the
+        # choice would change from run to run).
+        found = min((j for key in set.intersection(*(set(view.warm.get(g, ())) for g in gpus))
+                     for j in spare.get(key, ()) if _fits_in(j, cold, name)),
+                    key=lambda j: (j.submit_time, j.id), default=None)
+        if found is not None:
+            assert found.cache_key is not None
+            spare[found.cache_key].remove(found)
+            result.starts[i] = Start(job_id=found.id, alloc=start.alloc)
+            result.reasons.pop(found.id, None)
+            # Starting now, it needs its later reservation no more (the pass's bookings keep
+            # it: others were planned around it, which is only cautious).
+            result.reservations.pop(found.id, None)
+            result.reasons[cold.id] = WARM_FIRST
 
 
 #: `reason` of a keyed job whose cold start a pass gave to a job warm there (`swap_warm`).
