@@ -18,7 +18,14 @@ NODE = "node1"
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[LiveCluster]:
-    with running(prepare(tmp_path), nodes=1, fake_gpus="4") as up:
+    cluster = prepare(tmp_path)
+    models = tmp_path / "models"
+    (models / "M").mkdir(parents=True)  # weights on local disk: M is warm on every GPU
+
+    def change(cfg: Any) -> None:
+        cfg.node.cache_dirs = [str(models)]
+    cluster.configure(change)
+    with running(cluster, nodes=1, fake_gpus="4") as up:
         yield up
 
 
@@ -76,7 +83,10 @@ def test_jobs_go_back_to_the_gpu_where_their_key_is_warm(live: LiveCluster) -> N
     assert live.show(b2)["cache_key"] == "B"
     assert "CacheKey=B" in live.gq("show", str(b2), check=True).stdout
     keys = _keys(live)
-    assert keys[0][0] == "B" and keys[1][0] == "A" and keys[2] == keys[3] == [], keys
+    assert keys == {0: ["B", "M"], 1: ["A", "M"], 2: ["M"], 3: ["M"]}, keys
+    # A key from [node] cache_dirs is warm from the first run on.
+    m1, out = _run(live, "M")
+    assert _ended(live, m1, out)[1] == "warm=1"
 
 
 def test_cold_wait_waits_for_the_warm_gpu_or_goes_cold_when_it_runs_out(
