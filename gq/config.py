@@ -113,6 +113,10 @@ class NodeConfig:
     #: once that has surely happened, so no job runs in two places. 0: no lease (jobs run on
     #: through any head outage; a silent node's jobs are requeued at node_timeout_s).
     head_lease_s: float = 0.0
+    #: Model affinity: how many recent jobs' --cache-key each GPU remembers as warm, and
+    #: directories whose subdirectories name keys warm on every GPU of the node.
+    cache_keys_per_gpu: int = defaults.CACHE_KEYS_PER_GPU
+    cache_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -188,6 +192,9 @@ class SchedulerConfig:
     reserve_age_s: int = 96 * 3600
     #: How many blocked jobs of 8 GPUs or more, first come first, get a reservation besides.
     big_reserve_depth: int = 4
+    #: Model affinity: a cold start of a --cache-key job that has waited less than this (s)
+    #: gives its GPUs to a queued job whose key is warm there; 0: never (docs/SCHEDULING.md).
+    warm_swap_s: int = 0
     #: A job that started less than this long ago is not preempted, in seconds (nor one that
     #: has run less than a quarter of its limit); the default of QOS that set none.
     preempt_exempt_s: int = 600
@@ -303,7 +310,7 @@ class Config:
                       weight_fairshare=sc.weight_fairshare, weight_ratio=sc.weight_ratio,
                       reserve_depth=sc.reserve_depth,
                       reserve_age_s=sc.reserve_age_s,
-                      big_reserve_depth=sc.big_reserve_depth,
+                      big_reserve_depth=sc.big_reserve_depth, warm_swap_s=sc.warm_swap_s,
                       preempts={n: tuple(q.preempts) for n, q in self.qos.items() if q.preempts},
                       preempt_exempt_s=sc.preempt_exempt_s,
                       qos_exempt_s={n: q.preempt_exempt_s for n, q in self.qos.items()},
@@ -400,6 +407,9 @@ def _check_node(node: NodeConfig, source: str) -> None:
     if not (lease == 0 or 2 * node.heartbeat_s <= lease < math.inf):
         raise ConfigError(f"{source}: [node] head_lease_s must be 0 (no lease) or seconds of at "
                           f"least two heartbeats ({2 * node.heartbeat_s:g}), not {lease!r}")
+    if not 0 <= node.cache_keys_per_gpu <= 256:
+        raise ConfigError(f"{source}: [node] cache_keys_per_gpu must be 0 to 256, not "
+                          f"{node.cache_keys_per_gpu!r}")
     if node.job_pids_max < 0:
         raise ConfigError(f"{source}: [node] job_pids_max must be 0 (no limit) or more, not "
                           f"{node.job_pids_max}")

@@ -37,6 +37,9 @@ NODE_TIMEOUT_S = 30.0
 #: A GPU hotter than this (Celsius) gets no new jobs (`[node] max_gpu_temp_c`): below the
 #: ~90 C where data-centre GPUs begin to throttle their clocks.
 MAX_GPU_TEMP_C = 90.0
+#: Cache keys (--cache-key) a GPU remembers as warm (`[node] cache_keys_per_gpu`): a GPU's
+#: memory holds one or two large models, the host's page cache a few more.
+CACHE_KEYS_PER_GPU = 4
 #: Telemetry older than this (seconds, five heartbeats) is stale: placement ignores it
 #: (`[head] telemetry_stale_s`).
 TELEMETRY_STALE_S = 10.0

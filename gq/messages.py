@@ -116,6 +116,8 @@ class RunSpec:
     mem_per_gpu: int | None = None
     partition: str | None = None
     open_mode: str | None = None
+    #: `--cache-key`: gqnode remembers it on the run's GPUs and sets GQ_CACHE_WARM.
+    cache_key: str | None = None
 
     @classmethod
     def of(cls, spec: Any) -> RunSpec:
@@ -143,7 +145,7 @@ _RUN_DEFAULTS = tuple(
 RUN_SCHEMA = schema_of(RunSpec)
 GPU_SCHEMA = schema_of(Gpu)
 #: What `gq nodes` shows of a GPU besides its telemetry (no reading may take these names).
-_GPU_FIELDS = frozenset({*GPU_SCHEMA, "job"})
+_GPU_FIELDS = frozenset({*GPU_SCHEMA, "job", "cache_keys"})
 
 
 def _telemetry(key: str, value: dict[Any, Any], what: str) -> None:
@@ -217,10 +219,27 @@ class Heartbeat(Message):
     #: The checkpoint markers of the runs here that have one, each beat (a lost heartbeat
     #: loses none); gqd keeps each run's latest (gq/head/checkpoints.py).
     checkpoints: tuple[Mark, ...] = ()
+    #: GPU index (as text) -> the cache keys warm on it (model affinity): its recent jobs'
+    #: --cache-key, and the node's [node] cache_dirs entries.
+    warm: dict[str, list[str]] = field(default_factory=dict)
 
 
+def _warm(key: str, value: dict[Any, Any], what: str) -> None:
+    """GPU index (as text) -> a short list of short keys."""
+    if len(value) > s.COUNTS["telemetry"]:
+        raise ProtocolError(f"{what}: {key!r} has over {s.COUNTS['telemetry']} GPUs")
+    for gpu, keys in value.items():
+        if type(gpu) is not str or not s.GPU_INDEX.fullmatch(gpu) or type(keys) is not list \
+                or len(keys) > MAX_WARM_KEYS \
+                or not all(type(k) is str and 0 < len(k) <= s.MAX_STR for k in keys):
+            raise ProtocolError(f"{what}: {key!r} must map GPU indices to lists of at most "
+                                f"{MAX_WARM_KEYS} keys, not {clip(gpu)} to {clip(keys)}")
+
+
+#: Most cache keys a heartbeat may name warm on one GPU (its LRU and the cache directories').
+MAX_WARM_KEYS = 256
 declare(Heartbeat, telemetry=_telemetry, health=s.STRINGS,
-        checkpoints=s.each_map(schema_of(Mark)))
+        checkpoints=s.each_map(schema_of(Mark)), warm=_warm)
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,6 +229,10 @@ class JobSpec:
     #: `--mail-type` (upper case, comma-separated) and `--mail-user` (None: the owner).
     mail_type: str | None = None
     mail_user: str | None = None
+    #: `--cache-key`: what the job loads (model affinity, docs/SCHEDULING.md), or None.
+    cache_key: str | None = None
+    #: `--cold-wait`: seconds it waits for a GPU where its key is warm before a cold one.
+    cold_wait_s: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
@@ -326,6 +330,7 @@ JOB_FIELDS: dict[str, str] = {
     "constraint": "s.constraint", "nice": "s.nice", "comment": "s.comment",
     "nodelist": "s.nodelist", "exclude": "s.exclude", "requeue": "s.requeue",
     "last_checkpoint": "iso_time(j.checkpoint_time) if j.checkpoint_time else None",
+    "cache_key": "s.cache_key", "cold_wait_s": "s.cold_wait_s",
 }
 
 
@@ -386,6 +391,8 @@ class Node:
     telemetry_at: float = 0.0
     #: Its features (`[node] features`), which jobs' --constraint names.
     features: list[str] = field(default_factory=list)
+    #: GPU index -> the cache keys warm on it (model affinity), as its last heartbeat said.
+    warm: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -393,7 +400,8 @@ class Node:
             "addr": self.addr, "cpus": self.cpus, "mem": self.mem,
             "features": list(self.features),
             "last_seen": iso_time(self.last_seen),
-            "gpus": [{**dataclasses.asdict(g), **self.telemetry.get(g.index, {})} for g in self.gpus],
+            "gpus": [{**dataclasses.asdict(g), **self.telemetry.get(g.index, {}),
+                      "cache_keys": list(self.warm.get(g.index, ()))} for g in self.gpus],
         }
 
 

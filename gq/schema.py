@@ -87,6 +87,7 @@ RANGES: dict[str, tuple[float, float]] = {
     # a spec's --begin: shown as a date in every listing (1e300 made each one fail)
     "begin_time": _TIME,
     "park_s": _DURATION, "grace_s": _DURATION, "head_lease_s": _DURATION,
+    "cold_wait_s": _DURATION,
     # a heartbeat's number under a head lease (gq.messages.Heartbeat, Alive)
     "beat": (0, I64),
     "gpus_total": (0, 65_535), "gpus_per_task": (0, 65_535), "ntasks": (0, 2**31),

@@ -163,6 +163,10 @@ FIELDS: tuple[Field, ...] = (
     Field("comment", (str, NONE), None),
     Field("mail_type", (str, NONE), None, canon=canon_mail_type),
     Field("mail_user", (str, NONE), None),
+    # Model affinity (docs/SCHEDULING.md): what the job loads, and how long it may wait for a
+    # GPU where that is warm before it takes a cold one.
+    Field("cache_key", (str, NONE), None),
+    Field("cold_wait_s", (int, NONE), None, bounds=(0, MAX_TIME_LIMIT_S), unit="seconds"),
 )
 
 
@@ -328,6 +332,12 @@ OPTIONS: tuple[Option, ...] = (
            "(by [head] mail_program)", metavar="TYPE[,TYPE]", field="mail_type"),
     Option(("--mail-user",), "mail_user", str, None, "whom to mail (default: the job's owner)",
            field="mail_user"),
+    Option(("--cache-key",), "cache_key", str, None, "what the job loads (a model's name): "
+           "it goes to a GPU where KEY is warm when that delays no one", metavar="KEY",
+           field="cache_key", convert=lambda text: text or None),
+    Option(("--cold-wait",), "cold_wait", str, None, "wait up to DURATION for a GPU where "
+           "the job's --cache-key is warm before taking a cold one", metavar="DURATION",
+           field="cold_wait_s", convert=lambda text: parse_duration(text) if text else None),
     Option(("-W", "--wait"), "wait", bool, False,
            "block until the job ends; exit with its exit code"),
     Option(("--test-only",), "test_only", bool, False,

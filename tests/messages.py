@@ -55,7 +55,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                          "telemetry": {"0": {"util": 50, "mem_used": 1 << 30, "temp": 40.5},
                                        "1": {"util": None}},
                          "disk": "no space left on the state disk", "beat": 7,
-                         "checkpoints": [{"job_id": 1, "restart": 0, "time": 1.7e9}]},
+                         "checkpoints": [{"job_id": 1, "restart": 0, "time": 1.7e9}],
+                         "warm": {"0": ["llama-70b", "sdxl"]}},
     protocol.REPORT: {"node": "node1", "seq": 3, "job_id": 1, "restart": 0, "event": "finished",
                       "state": "COMPLETED", "exit_code": 137, "time": 1.7e9, "note": "why",
                       "max_rss": 100 << 20, "cpu_s": 12.5, "step": 0},
@@ -158,6 +159,9 @@ def bad_values(kind: str, field: str) -> list[Any]:
                 {"0": {"util": math.nan}}, {"0": {"util": 2**63}}, {"0": {"u" * 65: 1}},
                 {"0": {f"r{i}": 1 for i in range(protocol.MAX_READINGS + 1)}},
                 {str(i): {} for i in range(protocol.COUNTS["telemetry"] + 1)}]
+    if field == "warm":
+        bad += [{"0": "llama"}, {"x": ["a"]}, {"0": [1]}, {"0": [""]}, {"0": ["a" * 5000]},
+                {"0": ["k"] * 257}, {str(i): [] for i in range(protocol.COUNTS["telemetry"] + 1)}]
     return bad
 
 

@@ -46,6 +46,7 @@ ODD_VALUES: dict[str, Any] = {
     "partition": "big", "constraint": "a100&nvlink", "nodelist": "node[1-2]",
     "exclude": "node3", "open_mode": "append", "nice": 10, "comment": "odd job",
     "mail_type": "BEGIN,END", "mail_user": "ann@example.org",
+    "cache_key": "llama-70b", "cold_wait_s": 90,
 }
 #: The fields of ODD_VALUES gqd works out itself (gq/tasks.py), which no option sets.
 DERIVED = {"cpus"}
@@ -227,7 +228,8 @@ def test_options_become_their_fields(typer_submit: Any) -> None:
              "yes", "-H", "-A", "vis", "-G", "6", "--gpus-per-task", "1", "-n", "6",
              "--ntasks-per-node", "3", "--exclusive", "-p", "big", "-C", "a100&nvlink", "-w",
              "node[1-2]", "-x", "node3", "--open-mode", "append", "--nice", "10", "--comment",
-             "odd job", "--mail-type", "begin,end", "--mail-user", "ann@example.org"]
+             "odd job", "--mail-type", "begin,end", "--mail-user", "ann@example.org",
+             "--cache-key", "llama-70b", "--cold-wait", "90s"]
     spec = _cli_spec(words)
     assert _typer_spec(typer_submit, words) == spec
     expected = {k: v for k, v in ODD_VALUES.items()
@@ -262,6 +264,7 @@ _SAMPLES: dict[str, tuple[str, dict[str, Any]]] = {
     "comment": ("hi", {"comment": "hi"}), "nice": ("5", {"nice": 5}),
     "mail_type": ("END,FAIL", {"mail_type": "END,FAIL"}),
     "mail_user": ("a@b.c", {"mail_user": "a@b.c"}),
+    "cache_key": ("m1", {"cache_key": "m1"}), "cold_wait": ("2m", {"cold_wait_s": 120}),
     "requeue": ("", {"requeue": True}), "no_requeue": ("", {"requeue": False}),
     "share": ("", {"share": True}), "exclusive": ("", {"exclusive": True}),
     "hold": ("", {"hold": True}),

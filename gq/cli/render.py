@@ -285,6 +285,8 @@ def job_fields(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("Dependency", job.get("dependency")), ("Account", job.get("account")),
         ("TimeLimit", format_duration(job["time_limit_s"])), ("Signal", job.get("signal")),
         ("Share", "yes" if job.get("share") else None),
+        ("CacheKey", job.get("cache_key")),
+        ("ColdWait", format_duration(job["cold_wait_s"]) if job.get("cold_wait_s") else None),
         ("SubmitTime", job["submit_time"]), ("StartTime", job["start_time"]),
         ("EndTime", job["end_time"]), ("LastCheckpoint", job.get("last_checkpoint")),
         ("NumNodes", job["nodes"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Optional
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # the simulator is imported inside the command, so `gq submit
     from gq.config import Config
     from gq.sim.engine import Cluster, ProgressFn, SimResult
     from gq.sim.metrics import Metrics
+    from gq.sim.replay import ColdModel
     from gq.sim.trace import TraceJob, TraceOptions
 
 
@@ -23,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 
 def sim(
-    trace: str = typer.Argument(..., help="trace CSV (../shared/traces format: Philly or Alibaba)"),
+    trace: Optional[str] = typer.Argument(None, help="trace CSV (../shared/traces format: Philly or Alibaba); none with --synthetic"),
     vc: Optional[str] = typer.Option(None, "--vc", help="Philly virtual cluster to replay"),
     nodes: Optional[int] = typer.Option(None, "-n", "--nodes", help="identical nodes in the simulated cluster (required unless a node inventory is replayed)"),
     nodes_csv: Optional[str] = typer.Option(None, "--nodes-csv", metavar="CSV", help="replay on this node inventory (Alibaba nodes.csv: GPU models, CPUs, memory) with GPU sharing; default: nodes.csv beside an Alibaba trace when --nodes is not given"),
@@ -37,6 +39,11 @@ def sim(
     qos_mix: Optional[str] = typer.Option(None, "--qos-mix", help="QOS shares, e.g. pro=0.2,free=0.8 (default: all normal)"),
     checkpoint_every: Optional[str] = typer.Option(None, "--checkpoint-every", metavar="DURATION", help="every job checkpoints this often (a preemption loses only the work since)"),
     config_file: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="take gq's knobs ([scheduler], [qos.*]) from this gq.toml"),
+    synthetic: Optional[str] = typer.Option(None, "--synthetic", metavar="inference", help="replay a generated workload instead of a trace: inference (8 models, 5 s-2 min 1-GPU jobs)"),
+    load: float = typer.Option(0.5, "--load", help="--synthetic: the share of the GPUs its work fills, cold starts aside"),
+    cold_start: list[str] = typer.Option([], "--cold-start", metavar="[KEY=]DURATION", help="a cold start's cost, added to the job's run (KEY=: that key's); counts cold starts (default 30s with --synthetic)"),
+    cold_wait: Optional[str] = typer.Option(None, "--cold-wait", metavar="DURATION", help="--synthetic: every job waits this long for a warm GPU (as --cold-wait of gq submit)"),
+    cache_keys_per_gpu: int = typer.Option(1, "--cache-keys-per-gpu", help="keys a GPU keeps warm in the cold-start model"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
 ) -> int:
     """Replay a trace on a simulated clock and report waits, slowdown, utilization and fairness."""
@@ -45,11 +52,13 @@ def sim(
     from gq.sim.engine import Cluster
     if nodes is None:
         from gq.sim.alibaba import nodes_beside
-        found = nodes_csv or nodes_beside(trace)
+        found = nodes_csv or (nodes_beside(trace) if trace else None)
         if found is None:
             raise UsageError("--nodes is required (or --nodes-csv for a node inventory)")
         nodes_csv = str(found)
     if nodes_csv:
+        if trace is None:
+            raise UsageError("a node inventory replays a trace: name the trace CSV")
         from gq.cli.siminventory import sim_inventory
         return sim_inventory(trace, nodes_csv, node_stride, since, policy, limits, seed,
                              config_file, as_json)
@@ -62,14 +71,29 @@ def sim(
                                   qos_mix=trace_mod.parse_qos_mix(qos_mix),
                                   checkpoint_every_s=parse_duration(checkpoint_every)
                                   if checkpoint_every else 0.0)
-    try:
-        jobs = trace_mod.load(trace, opts)
-    except OSError as exc:
-        raise UsageError(f"cannot read trace {trace}: {exc.strerror or exc}") from None
+    from gq.sim import affinity
+    cold_s, per_key = affinity.parse_cold_start(cold_start or (["30s"] if synthetic else []))
+    if synthetic:
+        if trace is not None:
+            raise UsageError("give a trace or --synthetic, not both")
+        if not 0 < load <= 1:
+            raise UsageError(f"--load must be a fraction over 0, at most 1, not {load}")
+        trace = f"synthetic {synthetic}, load {load:g}, seed {seed}"
+        opts = dataclasses.replace(opts, limits="trace")  # its own: 2 x runtime + cold start
+        jobs = affinity.synthetic(synthetic, seed, nodes * gpus_per_node, cold_s,
+                                  parse_duration(cold_wait) if cold_wait else 0.0, load)
+    elif trace is None:
+        raise UsageError("give a trace CSV, or --synthetic")
+    else:
+        try:
+            jobs = trace_mod.load(trace, opts)
+        except OSError as exc:
+            raise UsageError(f"cannot read trace {trace}: {exc.strerror or exc}") from None
     cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node)
     from gq import config
     cfg = config.load(config_file) if config_file else None
-    runs = _run_all(jobs, cluster, names, cfg)
+    cold = (cold_s, per_key, cache_keys_per_gpu) if cold_start or synthetic else None
+    runs = _run_all(jobs, cluster, names, cfg, cold)
     if schedule_out:
         try:
             replay.write_schedule(schedule_out, runs)
@@ -86,12 +110,12 @@ def sim(
 
 
 def _run_all(jobs: list[TraceJob], cluster: Cluster, names: list[str],
-             cfg: Config | None) -> dict[str, SimResult]:
+             cfg: Config | None, cold: ColdModel | None = None) -> dict[str, SimResult]:
     from gq.sim.replay import run
     results = {}
     with _progress(len(jobs)) as start_bar:
         for name in names:
-            results[name] = run(jobs, cluster, name, start_bar(name), cfg)
+            results[name] = run(jobs, cluster, name, start_bar(name), cfg, cold)
     return results
 
 
@@ -150,6 +174,10 @@ def _rows(results: dict[str, Metrics]) -> tuple[list[str], list[list[Any]]]:
         ["preemptions", *(m.preemptions for m in ms)],
         ["lost GPU-hours", *(f"{gpu_hours(m.lost_gpu_h)} ({m.lost_share:.1%})" for m in ms)],
     ]
+    if any(m.cold_starts or m.warm_starts for m in ms):
+        rows += [["cold starts", *(m.cold_starts for m in ms)],
+                 ["warm starts", *(m.warm_starts for m in ms)],
+                 ["GPU-hours loading", *(f"{m.load_gpu_h:.2f}" for m in ms)]]
     if any(m.unfinished or m.rejected for m in ms):
         rows += [["unfinished", *(m.unfinished for m in ms)], ["rejected", *(m.rejected for m in ms)]]
     rows.append(["sim wall (s)", *(f"{m.wall_s:.1f}" for m in ms)])

@@ -303,7 +303,7 @@ class Head:
         for job in screen.invalid:  # --kill-on-invalid-dep
             self.outbox.extend(table.cancel(job, now))
             table.set_reason(job, gate.NEVER)
-        pending = table.views.of_pending(eligible)
+        pending = table.views.of_pending(eligible, now)
         self.last_pending = pending
         if not pending:
             table.planned({})
@@ -319,6 +319,11 @@ class Head:
                             *(() if self.wake_at is None else (self.wake_at,))], default=None)
         result = plan(Snapshot(nodes=nodes, pending=pending, running=table.running_views(),
                                usage=usage, queue=self.queue_index), now, self.policy)
+        # A job waiting for a warm GPU (--cold-wait) takes a cold one once its wait is over.
+        cold_at = min((v.cold_wait_until for v in pending if v.cold_wait_until > now),
+                      default=None)
+        if cold_at is not None:
+            self.wake_at = cold_at if self.wake_at is None else min(self.wake_at, cold_at)
         table.planned(result.reservations)
         for preempt in result.preemptions:
             self.outbox.extend(table.preempt(table.jobs[preempt.victim], preempt.for_job))

@@ -124,6 +124,10 @@ class NodeRegistry:
             before = rule.limits(node, now, frozenset())
             node.telemetry = {int(k): v for k, v in msg.telemetry.items()}
             node.telemetry_at = now
+            warm = {int(k): tuple(v) for k, v in msg.warm.items()}
+            if warm != node.warm:
+                node.warm = warm
+                self.table.touch()  # a waiting job's key may be warm now (model affinity)
             if telemetry.eased(before, rule.limits(node, now, frozenset())):
                 self.table.touch()  # a GPU cooled, or VRAM was freed: a pending job may fit
             out = self._check_health(node, list(msg.health), now)

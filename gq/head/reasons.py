@@ -2,7 +2,8 @@
 which reason each pending job gets from a pass.
 
 Slurm's names where Slurm has one. The gate (gq/head/gate.py) and the limits (limits.py) give
-theirs; the pure scheduler gives `Priority` and `Resources`.
+theirs; the pure scheduler gives `Priority` and `Resources`, and `WaitingForWarmGPU` to a job in
+its --cold-wait (gq/sched/affinity.py).
 """
 
 from __future__ import annotations

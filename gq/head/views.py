@@ -42,6 +42,9 @@ class Views:
         self.running: dict[int, tuple[JobSpec, dict, tuple[Any, ...], RunningJob]] = {}
         #: Node name -> (its GPU list, what else its view was made from, the view).
         self.nodes: dict[str, tuple[list[Gpu], tuple[Any, ...], NodeView]] = {}
+        #: Job id -> when a pass first saw it eligible (its --cold-wait runs from then; a gqd
+        #: restart starts it again).
+        self.eligible_since: dict[int, float] = {}
 
     def reset(self) -> None:
         """Where jobs may run changed (a node came, or its features did): pending views anew."""
@@ -51,14 +54,19 @@ class Views:
         """The job left memory."""
         self.pending.pop(job_id, None)
         self.running.pop(job_id, None)
+        self.eligible_since.pop(job_id, None)
 
-    def of_pending(self, jobs: Iterable[Job]) -> tuple[PendingJob, ...]:
-        """The view of each pending job, made once per spec (`gq update` replaces the spec)."""
+    def of_pending(self, jobs: Iterable[Job], now: float = 0.0) -> tuple[PendingJob, ...]:
+        """The view of each pending job, made once per spec (`gq update` replaces the spec);
+        `now`: the pass's time, from which a job first seen eligible counts its --cold-wait."""
         views, out = self.pending, []
         for job in jobs:
             kept = views.get(job.id)
             if kept is None or kept[0] is not job.spec:
-                kept = views[job.id] = (job.spec, pending_view(job, self.allowed(job.spec)))
+                since = self.eligible_since.setdefault(job.id, now) \
+                    if job.spec.cold_wait_s and job.spec.cache_key else 0.0
+                kept = views[job.id] = (job.spec, pending_view(job, self.allowed(job.spec),
+                                                               since))
             out.append(kept[1])
         return tuple(out)
 
@@ -94,7 +102,7 @@ class Views:
             held = frozenset(used[n.name])
             room, hot = limits(n, held) if limits is not None else ({}, frozenset())
             made_of = (held, n.cpus - cpus[n.name], n.mem - mem[n.name],
-                       n.state == NodeState.UP, tuple(sorted(room.items())), hot)
+                       n.state == NodeState.UP, tuple(sorted(room.items())), hot, n.warm)
             kept = self.nodes.get(n.name)
             # A kept view also keeps its GPU tuple, which the scheduler's caches key on. (A
             # node's GPU list is replaced when it registers, never changed in place.)
@@ -103,17 +111,21 @@ class Views:
                 kept = self.nodes[n.name] = (n.gpus, made_of, NodeView(
                     name=n.name, gpus=have, free=frozenset(g.index for g in have) - made_of[0],
                     cpus_free=made_of[1], mem_free=made_of[2], schedulable=made_of[3],
-                    vram_free=room, hot=hot))
+                    vram_free=room, hot=hot,
+                    warm={i: frozenset(keys) for i, keys in n.warm.items() if keys}))
             views.append(kept[2])
         return tuple(views)
 
 
-def pending_view(job: Job, allowed: frozenset[str] | None = None) -> PendingJob:
+def pending_view(job: Job, allowed: frozenset[str] | None = None,
+                 eligible_since: float = 0.0) -> PendingJob:
     s = job.spec
     return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
                       nodes=s.nodes, gpus=s.gpus, gpu_type=s.gpu_type, gpu_mem=s.gpu_mem,
                       cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0, user=s.user,
-                      share=s.share, nice=-s.nice, allowed=allowed)
+                      share=s.share, nice=-s.nice, allowed=allowed, cache_key=s.cache_key,
+                      cold_wait_until=eligible_since + (s.cold_wait_s or 0)
+                      if eligible_since and s.cache_key else 0.0)
 
 
 def running_view(job: Job, ending: bool) -> RunningJob:

@@ -29,6 +29,7 @@ from gq.messages import (
     Message, Register, Report, Reregister, Step, StepKill, usage_fields)
 from gq.model import JobState
 from gq.node import disk, lease, shepherd, trash
+from gq.node.cache import WarmCache
 from gq.node.gpus import GpuSource
 from gq.node.health import HealthCheck
 from gq.node.isolation import NodeIsolation
@@ -64,7 +65,8 @@ class NodeDaemon:
                  curve: keys.CurveKeys | None = None, health: HealthCheck | None = None,
                  ctx: zmq.Context | None = None, signals: service.Signals | None = None,
                  isolation: NodeIsolation | None = None, relay: str = "",
-                 features: list[str] | None = None, head_lease_s: float = 0.0):
+                 features: list[str] | None = None, head_lease_s: float = 0.0,
+                 cache: WarmCache | None = None):
         self.name, self.head_addr, self.addr = name, head, addr
         #: Its features (--features, [node] features), which jobs' --constraint names.
         self.features = list(features or [])
@@ -79,6 +81,8 @@ class NodeDaemon:
         private_dir(self.jobs_dir, 0o711)
         self.gpu_source = gpus
         self.gpus = gpus.discover()
+        #: The cache keys warm on each GPU (model affinity), sent with each heartbeat.
+        self.cache = cache or WarmCache(defaults.CACHE_KEYS_PER_GPU)
         self.cpus, self.mem = cpus, mem
         self.heartbeat_s = heartbeat_s
         #: [node] head_lease_s: without a word from gqd for that long, the jobs here stop.
@@ -281,7 +285,8 @@ class NodeDaemon:
         # With it, how the run is confined (gq.node.isolation), for its shepherd and for us,
         # and the relay the job's gq commands go through (shepherd: GQ_ENDPOINT).
         write_order(tmp / shepherd.LAUNCH_FILE, RunOrder(
-            msg, self.isolation.plan(msg), self.relay.endpoint if self.relay else ""))
+            msg, self.isolation.plan(msg), self.relay.endpoint if self.relay else "",
+            cache_warm=self.cache.launch(msg.gpus, msg.spec.cache_key)))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
         started = _proc_start(pid)
@@ -400,7 +405,8 @@ class NodeDaemon:
             + ((self.health.problem,) if self.health and self.health.problem else ())
             + ((self.launch_problem,) if self.launch_problem else ()),
             disk=self.disk.problem, beat=self.lease.beat(time.monotonic()),
-            checkpoints=self._checkpoints()))
+            checkpoints=self._checkpoints(),
+            warm=self.cache.report(g.index for g in self.gpus)))
 
     def _checkpoints(self) -> tuple[Mark, ...]:
         """Each run's checkpoint marker that exists (its mtime), every beat: gqd keeps each

@@ -21,6 +21,7 @@ from gq import keys, service
 from gq.errors import GqError, start_status
 from gq.fsutil import private_dir
 from gq.model import parse_size
+from gq.node.cache import WarmCache
 from gq.node.daemon import NodeDaemon
 from gq.node.gpus import FAULT_FILE, TELEMETRY_FILE, open_gpus
 from gq.node.health import HealthCheck
@@ -99,7 +100,8 @@ def _node(args: Any, cfg: config_mod.Config, name: str, state_dir: Path,
         health=HealthCheck(cfg.node.health_check, cfg.node.health_check_interval_s,
                            cfg.node.health_check_timeout_s, state_dir / "health-check.out",
                            name)
-        if cfg.node.health_check else None, ctx=ctx, signals=signals, relay=cfg.relay.head)
+        if cfg.node.health_check else None, ctx=ctx, signals=signals, relay=cfg.relay.head,
+        cache=WarmCache(cfg.node.cache_keys_per_gpu, cfg.node.cache_dirs))
 
 
 if __name__ == "__main__":

@@ -126,6 +126,8 @@ class RunOrder:
     isolation: dict[str, Any]
     #: This node's relay endpoint (the job's GQ_ENDPOINT); "": the job reaches gqd directly.
     relay: str = ""
+    #: Whether the job's --cache-key was warm on its GPUs here (GQ_CACHE_WARM); None: no key.
+    cache_warm: bool | None = None
 
 
 def write_order(path: Path, order: RunOrder) -> None:
@@ -134,6 +136,8 @@ def write_order(path: Path, order: RunOrder) -> None:
     body = {**order.launch.wire(), "isolation": order.isolation}
     if order.relay:
         body["relay"] = order.relay
+    if order.cache_warm is not None:
+        body["cache_warm"] = order.cache_warm
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
         f.write(msgpack.packb(body, use_bin_type=True))
 
@@ -141,8 +145,9 @@ def write_order(path: Path, order: RunOrder) -> None:
 def read_order(run_dir: Path) -> RunOrder:
     """The order gqnode wrote for the run (a shepherd's first read)."""
     data = msgpack.unpackb((run_dir / LAUNCH_FILE).read_bytes(), raw=False)
+    warm = data.get("cache_warm")
     return RunOrder(Launch.from_wire(data), dict(data.get("isolation") or {}),
-                    str(data.get("relay") or ""))
+                    str(data.get("relay") or ""), warm if isinstance(warm, bool) else None)
 
 
 def proc_start(pid: int) -> float:

@@ -347,6 +347,8 @@ def job_env(order: RunOrder, slurm_bin: str | None = None) -> dict[str, str]:
     if task.array_job_id is not None:
         ours.update(GQ_ARRAY_JOB_ID=str(task.array_job_id),
                     GQ_ARRAY_TASK_ID=str(task.array_index))
+    if order.cache_warm is not None:  # model affinity: whether its --cache-key was warm here
+        ours["GQ_CACHE_WARM"] = "1" if order.cache_warm else "0"
     if order.relay:
         # gq (and the Slurm commands) inside the job reach gqd through this node's relay.
         ours["GQ_ENDPOINT"] = order.relay

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from gq.defaults import BIG_JOB_GPUS
 from gq.model import Gpu
-from gq.sched import placement, share
+from gq.sched import affinity, placement, share
 from gq.sched.preempt import MAX_PREEMPTORS, Victims
 from gq.sched.priority import Ranking, priorities
 from gq.sched.profile import Profile
@@ -76,6 +76,9 @@ class _Pass:
         shape = job.shape
         if self._never_fits(job, shape):
             self.result.reasons[job.id] = NEVER_FITS
+            return
+        if affinity.warm_only(job, self.now):
+            self._wait_warm(job)
             return
         limit = job.time_limit_s or math.inf
         failed = self.failed_now.get(shape)
@@ -203,6 +206,18 @@ class _Pass:
             prios.update(zip([j.id for j in missing],
                              priorities(missing, self.now, self.policy, self.state.usage)))
         return prios
+
+    def _wait_warm(self, job: PendingJob) -> None:
+        """A job in its --cold-wait starts now on warm GPUs, else waits for them: it neither
+        reserves nor counts as blocked (it chose to wait), and its shape is not marked failed,
+        since jobs of that shape without its key may still take cold GPUs."""
+        if self.profile.any_free_now() or job.share or not job.gpus:
+            alloc = self.profile.place(job, self.now)
+            if alloc is not None:
+                self.profile.book(job, alloc, self.now)
+                self.result.starts.append(Start(job_id=job.id, alloc=alloc))
+                return
+        self.result.reasons[job.id] = affinity.WAITING_WARM
 
     def _wait(self, job: PendingJob) -> None:
         self.result.reasons[job.id] = PRIORITY if self.blocked else RESOURCES
@@ -382,6 +397,8 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
     run.backfill(rest)
     if policy.preemptors:
         _preempt(state, now, policy, run)
+    if policy.warm_swap_s and run.result.starts:
+        affinity.swap_warm(run.result, state.pending, state.nodes, now, policy.warm_swap_s)
     return run.result
 
 

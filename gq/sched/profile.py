@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from gq.sched import affinity
 from gq.sched.placement import gpu_fits, offered, telemetry_limited
 from gq.model import Gpu
 from gq.sched.types import Alloc, NodeView, PendingJob, RunningJob
@@ -269,7 +270,7 @@ class Profile:
         big cluster would otherwise weigh every node for every job (~1 s for 256 starts on 256
         nodes). A fit depends only on the node's bookings and these fields of the job."""
         key = (job.gpus, job.gpu_type, job.gpu_mem, job.cpus, job.mem, job.time_limit_s, job.qos,
-               job.share, job.allowed)
+               job.share, job.allowed, job.cache_key, affinity.warm_only(job, self.now))
         kept = self._fit_cache.get(key)
         if kept is None:
             kept = self._fit_cache[key] = _Fits(
@@ -296,13 +297,22 @@ class Profile:
         gpus = self.candidates(node, job, start) if job.gpus else []
         if len(gpus) < job.gpus:
             return None
+        cold = 0
         if job.share:
-            return (pool_rank, *self._share_fit(node, job, gpus, start))
-        chosen = self._prefer_unreserved(node, gpus, job.gpus, start)
-        # Best fit: the node with the fewest free GPUs left over, so 1-GPU work packs onto
-        # busy nodes and idle nodes stay whole; name breaks ties so plans are stable.
-        return (pool_rank, self.free_now[name] - job.gpus, _future_load(node, start), name,
-                chosen)
+            fit = self._share_fit(node, job, gpus, start)
+            chosen = fit[-1]
+        else:
+            chosen = self._prefer_unreserved(node, gpus, job.gpus, start)
+            # Best fit: the node with the fewest free GPUs left over, so 1-GPU work packs onto
+            # busy nodes and idle nodes stay whole; name breaks ties so plans are stable.
+            fit = (self.free_now[name] - job.gpus, _future_load(node, start), name, chosen)
+        if job.cache_key is not None:
+            # Warm GPUs first (gq/sched/affinity.py): among those free for the job's limit.
+            warm = affinity.prefer_warm(view, gpus, chosen, job, self.now)
+            if warm is None:
+                return None
+            chosen, cold = warm
+        return (pool_rank, cold, *fit[:-1], chosen)
 
     def pool_rank(self, name: str, job: PendingJob) -> int | None:
         """Where a node stands for a job: its QOS's own pool first (0), then nodes of no pool
@@ -352,9 +362,9 @@ class Profile:
                 node.mem_started += job.mem
 
 
-#: A node's fit for a rank of a job: (pool rank, free GPUs left, later bookings, node name,
-#: the GPUs), as Profile.place orders them.
-_Fit = tuple[int, int, int, str, list[int]]
+#: A node's fit for a rank of a job: (pool rank, cold GPUs (0 without a cache key), free GPUs
+#: left, later bookings, node name, the GPUs), as Profile.place orders them.
+_Fit = tuple[int, int, int, int, str, list[int]]
 
 
 @dataclass

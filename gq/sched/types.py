@@ -33,6 +33,9 @@ class NodeView:
     #: its --gpu-mem free that are not hot (`placement.offered`).
     vram_free: Mapping[int, int] = field(default_factory=dict)
     hot: frozenset[int] = frozenset()
+    #: GPU index -> the cache keys warm on it (model affinity, gq/sched/affinity.py): the keys
+    #: of its recent jobs and of the node's cache directories.
+    warm: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
 
 class Shape(NamedTuple):
@@ -70,6 +73,11 @@ class PendingJob:
     share: bool = False
     #: The nodes it may run on (its partition, -w, -x, --constraint); None: any node.
     allowed: frozenset[str] | None = None
+    #: `--cache-key`: placement prefers GPUs where it is warm (gq/sched/affinity.py).
+    cache_key: str | None = None
+    #: Before this time (its eligibility + `--cold-wait`) it takes only GPUs where its key is
+    #: warm; 0: any GPU.
+    cold_wait_until: float = 0.0
 
     # Computed once per job object (the simulator keeps its objects between passes): a pass
     # reads them for every queued job.
@@ -201,6 +209,10 @@ class Policy:
     #: QOS -> the share of the GPUs its pending work may always claim: while it holds less, its
     #: jobs go first, and its jobs within that share are never preempted.
     min_share: dict[str, float] = field(default_factory=dict)
+    #: Job choice by warmth (gq/sched/affinity.py `swap_warm`): a cold start of a job with a
+    #: cache key that has waited less than this (seconds) gives its GPUs to a queued job whose
+    #: key is warm on them; 0: never (the default; `gq sim --policy gq-warmswap` tries 300 s).
+    warm_swap_s: float = 0.0
     #: QOS -> the nodes it owns (its guaranteed pool). Jobs of other QOS may borrow them while
     #: no job of the owner waits, and are preempted when one needs them back.
     pools: dict[str, frozenset[str]] = field(default_factory=dict)

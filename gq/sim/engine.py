@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
+from gq.sched.affinity import WAITING_WARM
 from gq.sched.queue import QueueIndex
+from gq.sim.affinity import ColdStarts
 from gq.sched.types import (NodeView, PendingJob, Plan, Policy, Preempt, RunningJob, Snapshot,
                             Start)
 from gq.sim.trace import TraceJob
@@ -164,6 +166,8 @@ class SimResult:
     preemptions: int = 0
     plan_calls: int = 0
     wall_s: float = 0.0
+    #: The cold-start model and its counts (model affinity), if the replay has one.
+    loads: ColdStarts | None = None
 
     @property
     def unfinished(self) -> list[Outcome]:
@@ -180,7 +184,9 @@ class _Run:
 
 def pending_view(job: TraceJob) -> PendingJob:
     return PendingJob(id=job.id, qos=job.qos, submit_time=job.submit_time, nodes=job.nodes,
-                      gpus=job.gpus, time_limit_s=job.time_limit_s, user=job.user)
+                      gpus=job.gpus, time_limit_s=job.time_limit_s, user=job.user,
+                      cache_key=job.cache_key, cold_wait_until=job.submit_time + job.cold_wait_s
+                      if job.cold_wait_s and job.cache_key is not None else 0.0)
 
 
 class Usage:
@@ -218,15 +224,19 @@ class Simulator:
 
     def __init__(self, jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,
                  policy: Policy | None = None, on_progress: ProgressFn | None = None,
-                 usage_half_life_s: float = USAGE_HALF_LIFE_S, skip_futile: bool = True) -> None:
+                 usage_half_life_s: float = USAGE_HALF_LIFE_S, skip_futile: bool = True,
+                 loads: ColdStarts | None = None) -> None:
         self.cluster = cluster
+        #: The cold-start model (model affinity), if the replay has one.
+        self.loads = loads
         self.skip_futile = skip_futile
         self.policy_fn = policy_fn
         self.policy = policy or Policy()
         self.on_progress = on_progress
         fits = [j for j in jobs if cluster.can_ever_hold(j)]
         self.result = SimResult(cluster=cluster, outcomes=[Outcome(j) for j in fits],
-                                rejected=[j for j in jobs if not cluster.can_ever_hold(j)])
+                                rejected=[j for j in jobs if not cluster.can_ever_hold(j)],
+                                loads=loads)
         self.outcome = {o.job.id: o for o in self.result.outcomes}
         # Submissions are already in time order: a cursor over them, not heap entries.
         self.arrivals = sorted(fits, key=lambda j: (j.submit_time, j.id))
@@ -266,6 +276,8 @@ class Simulator:
         self.qos_running: Counter[str] = Counter()
         self.preemptible = {v for victims in self.policy.preempts.values() for v in victims}
         self.checkpointing = any(j.checkpoint_s for j in fits)
+        #: Some job may wait for a warm GPU (--cold-wait): plan again when such a wait ends.
+        self.cold_waits = any(j.cold_wait_s and j.cache_key is not None for j in fits)
         # A job on a pool node of another QOS may be preempted by the owner, whatever its QOS.
         self.anyone_preemptible = bool(self.policy.pools)
 
@@ -379,7 +391,10 @@ class Simulator:
         # Only nodes whose GPUs changed since the last pass get a new view.
         if self.dirty:
             for name in self.dirty:
-                self.views[name] = NodeView(name=name, gpus=self.gpus, free=frozenset(self.free[name]))
+                self.views[name] = NodeView(name=name, gpus=self.gpus, free=frozenset(self.free[name])) \
+                    if self.loads is None else NodeView(
+                        name=name, gpus=self.gpus, free=frozenset(self.free[name]),
+                        warm=self.loads.warm_on(name, len(self.gpus)))
             self.dirty.clear()
             self.node_tuple = tuple(self.views[n] for n in self.free)
         return self.node_tuple
@@ -387,6 +402,9 @@ class Simulator:
     def _wake_for(self, decided: Plan, now: float) -> None:
         """Plan again when the earliest reservation is due, even if no job event falls there."""
         due = [r.start for r in decided.reservations.values() if now < r.start < math.inf]
+        if self.cold_waits:
+            due += [self.pending[i].cold_wait_until for i, why in decided.reasons.items()
+                    if why == WAITING_WARM and i in self.pending]
         if due:
             self._wake_at(min(due))
 
@@ -429,6 +447,8 @@ class Simulator:
         # The job runs what is left of its trace runtime (all of it unless a checkpoint saved
         # some before a preemption), but the limit cuts it short (TIMEOUT).
         left = job.runtime_s - self.outcome[job.id].saved_s
+        if self.loads is not None:  # a cold start loads its model first, on the job's GPUs
+            left += self.loads.start(job.id, start.alloc)
         end = now + min(left, job.time_limit_s or math.inf)
         heapq.heappush(self.events, (end, _END, job.id, epoch))
         exempt = self.policy.exempt_s(job.qos, job.time_limit_s)
@@ -525,5 +545,6 @@ def checkpoint_time(job: TraceJob, start: float, now: float) -> float | None:
 
 
 def simulate(jobs: list[TraceJob], cluster: Cluster, policy_fn: PolicyFn,
-             policy: Policy | None = None, on_progress: ProgressFn | None = None) -> SimResult:
-    return Simulator(jobs, cluster, policy_fn, policy, on_progress).run()
+             policy: Policy | None = None, on_progress: ProgressFn | None = None,
+             loads: ColdStarts | None = None) -> SimResult:
+    return Simulator(jobs, cluster, policy_fn, policy, on_progress, loads=loads).run()

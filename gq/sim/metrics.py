@@ -61,6 +61,11 @@ class Metrics:
     wall_s: float
     #: QOS -> the wait of its jobs.
     wait_by_qos: dict[str, WaitStats] = field(default_factory=dict)
+    #: Model affinity (with a cold-start model): runs of jobs with a cache key that started
+    #: cold and warm, and the GPU-hours spent loading (counted in useful_gpu_h too).
+    cold_starts: int = 0
+    warm_starts: int = 0
+    load_gpu_h: float = 0.0
 
     @property
     def lost_share(self) -> float:
@@ -138,6 +143,7 @@ def summarize(result: SimResult) -> Metrics:
     work = sum(_service(o) * o.job.total_gpus for o in done)
     capacity = result.cluster.total_gpus * makespan
     fair, over, groups = fairness(done)
+    loads = result.loads
     by_qos: dict[str, list[float]] = defaultdict(list)
     for w, o in zip(waits, done):
         by_qos[o.job.qos].append(w)
@@ -154,7 +160,9 @@ def summarize(result: SimResult) -> Metrics:
         lost_gpu_h=sum(o.lost_gpu_s for o in result.outcomes) / 3600.0,
         useful_gpu_h=work / 3600.0,
         timeouts=sum(o.timed_out for o in done), plan_calls=result.plan_calls, wall_s=result.wall_s,
-        wait_by_qos={q: wait_stats(w) for q, w in sorted(by_qos.items())})
+        wait_by_qos={q: wait_stats(w) for q, w in sorted(by_qos.items())},
+        cold_starts=loads.cold if loads else 0, warm_starts=loads.warm if loads else 0,
+        load_gpu_h=loads.load_gpu_s / 3600.0 if loads else 0.0)
 
 
 def _end(o: Outcome) -> float:

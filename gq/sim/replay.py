@@ -9,11 +9,15 @@ from gq.config import Config
 from gq.errors import UsageError
 from gq.sched import plan
 from gq.sched.types import Policy
+from gq.sim import affinity
 from gq.sim.baselines import BASELINES
 from gq.sim.engine import Cluster, PolicyFn, ProgressFn, SimResult, simulate
 from gq.sim.metrics import Metrics, summarize
 from gq.sim.trace import TraceJob
 
+#: A replay's cold-start model: (seconds of a cold start, per-key overrides, warm keys a GPU
+#: keeps).
+ColdModel = tuple[float, dict[str, float], int]
 #: Variants of gq's policy `gq sim --policy` can compare, as changes to its knobs: the ones
 #: docs/SCHEDULING.md reports trying (what each did is there).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -25,17 +29,21 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Aged jobs all in their order, each reserving, before smallest-first backfill.
     "gq-agedfcfs": {"aged_in_order": True},
     # gq's mechanics in first-come order: should be EASY (docs/SCHEDULING.md).
+    # Model affinity: a young cold start yields its GPU to a queued job warm there.
+    "gq-warmswap": {"warm_swap_s": 300},
     "gq-fcfs": {"reserve_age_s": 10 ** 9, "weight_ratio": 0, "weight_fairshare": 0,
                 "max_age_s": 10 ** 9, "weight_age": 10 ** 9, "backfill_smallest_first": False,
                 "big_reserve_depth": 0},
 }
+#: gq's policy not told the jobs' cache keys (model affinity off; cold starts still counted).
+NO_AFFINITY = "gq-noaffinity"
 #: Policies `gq sim --policy` knows, in the order they are listed in help and tables.
-POLICY_NAMES = ("gq", "easy", "conservative", "fifo", "firstfit", *VARIANTS)
+POLICY_NAMES = ("gq", "easy", "conservative", "fifo", "firstfit", *VARIANTS, NO_AFFINITY)
 
 
 def policy_fn(name: str) -> PolicyFn:
     """The policy of that name, fresh for one replay (a baseline keeps its queue)."""
-    if name == "gq" or name in VARIANTS:
+    if name in ("gq", NO_AFFINITY) or name in VARIANTS:
         return plan
     if name in BASELINES:
         return BASELINES[name]()
@@ -49,10 +57,15 @@ def gq_policy(cfg: Config | None = None) -> Policy:
 
 
 def run(jobs: list[TraceJob], cluster: Cluster, name: str,
-        on_progress: ProgressFn | None = None, cfg: Config | None = None) -> SimResult:
-    """One replay under the policy `name`, with the knobs of `cfg` (gq's defaults if None)."""
+        on_progress: ProgressFn | None = None, cfg: Config | None = None,
+        cold: ColdModel | None = None) -> SimResult:
+    """One replay under the policy `name`, with the knobs of `cfg` (gq's defaults if None);
+    with `cold` (a cold start's seconds, per key, warm keys per GPU), cold starts are counted
+    and cost their load time (gq/sim/affinity.py)."""
     knobs = dataclasses.replace(gq_policy(cfg), **VARIANTS.get(name, {}))
-    return simulate(jobs, cluster, policy_fn(name), knobs, on_progress)
+    loads = affinity.cold_starts(jobs, *cold) if cold is not None else None
+    seen = affinity.blind(jobs) if name == NO_AFFINITY or name in BASELINES else jobs
+    return simulate(seen, cluster, policy_fn(name), knobs, on_progress, loads)
 
 
 def replay(jobs: list[TraceJob], cluster: Cluster, name: str,

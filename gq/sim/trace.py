@@ -40,6 +40,10 @@ class TraceJob:
     #: It checkpoints every this many seconds of its run (0: never), so a preemption loses
     #: only the work since its last checkpoint and its next run resumes from there.
     checkpoint_s: float = 0.0
+    #: What it loads (model affinity, gq/sim/affinity.py), and how long it may wait for a GPU
+    #: where that is warm (from its submission).
+    cache_key: str | None = None
+    cold_wait_s: float = 0.0
 
     @property
     def total_gpus(self) -> int:
