@@ -19,12 +19,13 @@ import os
 import pwd
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
 
 from gq import configfile, defaults, gcpause, protocol, zmtp
 from gq.errors import ERRORS_BY_CODE, GqError, ProtocolError, UnreachableError, UsageError
 
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
 if TYPE_CHECKING:  # neither gq.model's nor gq.config's dataclasses are loaded for the CLI
+    from typing import Any
     from gq.config import Config
     from gq.model import JobSpec
 

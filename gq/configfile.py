@@ -18,11 +18,6 @@ import sys
 from gq import defaults
 from gq.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing itself is not loaded for `gq submit`
     from typing import Any
@@ -96,9 +91,87 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        return tomllib.loads(text)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    simple = plain_toml(text)
+    if simple is not None:
+        return simple
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def plain_toml(text: str) -> dict[str, Any] | None:
+    """The tables of a file in the plain subset of TOML that `gq up` writes (gq.config.to_toml):
+    `[table]` lines, `key = value` lines, blank lines and whole-line comments; a value is true,
+    false, a decimal int, a float like 15.0, a string with no escapes, or a one-line list of
+    those. None for anything else, which tomllib reads (and reports). tomllib, with the
+    `typing` it imports, cost `gq submit` more than the rest of its config reading;
+    tests/test_configfile.py holds this to tomllib's reading."""
+    tables: dict[str, Any] = {}
+    table = tables
+    if "\r" in text:
+        return None  # a CR is TOML only before a LF: tomllib's to tell
+    for line in text.split("\n"):
+        line = line.strip(" \t")  # TOML's whitespace, no other
+        if not line.replace("\t", " ").isprintable():
+            return None  # control characters: tomllib's to refuse
+        if not line or line[0] == "#":
+            continue
+        if line[0] == "[":
+            name = line[1:-1]
+            if line[-1] != "]" or not _bare(name) or name in tables:
+                return None
+            table = tables[name] = {}
+            continue
+        key, eq, raw = line.partition(" = ")
+        if not eq or not _bare(key) or key in table:
+            return None
+        value = _plain_value(raw)
+        if value is _NOT_PLAIN:
+            return None
+        table[key] = value
+    return tables
+
+
+_NOT_PLAIN = object()
+_BARE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def _bare(key: str) -> bool:
+    return bool(key) and _BARE.issuperset(key)
+
+
+def _plain_value(raw: str) -> Any:
+    if raw[:1] == "[" and raw[-1:] == "]":
+        inner = raw[1:-1].strip(" \t")
+        items = [_plain_scalar(i.strip(" \t")) for i in inner.split(",")] if inner else []
+        return _NOT_PLAIN if _NOT_PLAIN in items else items
+    return _plain_scalar(raw)
+
+
+def _plain_scalar(raw: str) -> Any:
+    if raw == "true" or raw == "false":
+        return raw == "true"
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        body = raw[1:-1]
+        if '"' in body or "\\" in body or not body.isprintable():
+            return _NOT_PLAIN
+        return body
+    sign = raw[:1] if raw[:1] in ("-", "+") else ""
+    whole, dot, frac = raw[len(sign):].partition(".")
+    if not (whole.isdigit() and whole.isascii()) or (whole[0] == "0" and len(whole) > 1):
+        return _NOT_PLAIN  # not decimal, or a leading zero (TOML refuses those)
+    if not dot:
+        return int(raw)
+    if not (frac.isdigit() and frac.isascii()):
+        return _NOT_PLAIN  # exponents, inf, nan and the like: tomllib's
+    return float(raw)
 
 
 # Strings and os.path where `gq submit`, `queue` and `show` look for their config: pathlib

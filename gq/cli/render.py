@@ -13,10 +13,13 @@ import sys
 import time
 from collections.abc import Sequence
 from json.encoder import encode_basestring_ascii as _json_str
-from typing import Any
 
 from gq.arrays import fold
 from gq.units import format_duration, format_size, parse_iso_time
+
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Version of the `--json` documents; bumped only when a field changes meaning or goes away.
 JSON_SCHEMA_VERSION = 1
