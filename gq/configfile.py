@@ -189,15 +189,19 @@ def config_file() -> str:
     """`$GQ_CONFIG`; else the personal cluster's if it is running (or there is no system
     config); else `/etc/gq/gq.toml` if it exists; else the personal cluster's path."""
     if env := os.environ.get("GQ_CONFIG"):
-        # As given, in pathlib's spelling (messages, Config.path): no "//", "/./" or
-        # trailing "/", as str(Path(env)) would write it.
-        from pathlib import Path
-        return str(Path(env))
+        return path_spelling(env)  # as given, in Path's spelling (messages, Config.path)
     personal = os.path.join(personal_dir(), defaults.PERSONAL_CONFIG)
     system = defaults.SYSTEM_CONFIG
     if os.path.exists(personal) and (_personal_head_alive() or not os.path.exists(system)):
         return personal
     return system if os.path.exists(system) else personal
+
+
+def path_spelling(path: str) -> str:
+    """str(Path(path)) without importing pathlib: no repeated or trailing "/", no "."
+    components (".." stays: Path does not resolve)."""
+    lead = "//" if path[:2] == "//" and path[2:3] != "/" else "/" if path[:1] == "/" else ""
+    return lead + "/".join(p for p in path.split("/") if p and p != ".") or "."
 
 
 def _personal_head_alive() -> bool:

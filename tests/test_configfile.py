@@ -107,3 +107,9 @@ def test_a_missing_named_config_is_an_error(tmp_path: Path,
     monkeypatch.setenv("GQ_CONFIG", str(tmp_path / "none.toml"))
     with pytest.raises(ConfigError, match="does not exist"):
         configfile.client_settings()
+
+
+def test_a_named_config_path_is_spelt_as_pathlib_spells_it() -> None:
+    for path in ("/a/b.toml", "a/b", "./a", ".", "", "/", "//", "///a", "//a//b/", "/a/./b/../c",
+                 "a/", "~/x", ".a/..b", "/a/.../b"):
+        assert configfile.path_spelling(path) == str(Path(path)), path
