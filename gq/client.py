@@ -51,9 +51,13 @@ class Client:
     client_endpoints (gq.configfile); `timeout_s` bounds each reply (GQ_TIMEOUT, else
     [client] timeout_s). Use it as a context manager, or call close()."""
 
-    def __init__(self, cfg: Config | None = None, timeout_s: float | None = None):
-        self.cfg = configfile.client_settings() if cfg is None else configfile.ClientSettings(
-            cfg.path, cfg.client_endpoints(), cfg.client.timeout_s)
+    def __init__(self, cfg: Config | configfile.ClientSettings | None = None,
+                 timeout_s: float | None = None):
+        if cfg is None:
+            cfg = configfile.client_settings()
+        elif not isinstance(cfg, configfile.ClientSettings):
+            cfg = configfile.ClientSettings(cfg.path, cfg.client_endpoints(), cfg.client.timeout_s)
+        self.cfg = cfg
         self.timeout_s = timeout_s if timeout_s is not None else float(
             os.environ.get("GQ_TIMEOUT", self.cfg.timeout_s))
         self.endpoint = self._choose_endpoint()
