@@ -121,9 +121,10 @@ def test_the_cli_builds_a_spec_with_exactly_jobspecs_fields() -> None:
 #: and `gq show` more to import than their request takes (docs/BENCHMARKS.md, "The 40 ms CLI"):
 #: gq.config's dataclasses (Client reads gq.configfile's few values), `dataclasses` and the
 #: `inspect` it imports, tomllib (a config that `gq up` wrote is read without it) and `typing`
-#: (which tomllib imports too; gq's modules on this path import it only under TYPE_CHECKING).
+#: (which tomllib imports too; gq's modules on this path import it only under TYPE_CHECKING);
+#: shlex, which only a script with `#SBATCH`/`#GQ` lines or --each-node needs.
 NOT_LOADED = ('typer', 'rich', 'gq.sched', 'gq.cli.app', 'zmq', 'gq.model', 'pathlib',
-              'gq.config', 'dataclasses', 'inspect', 'tomllib', 'typing')
+              'gq.config', 'dataclasses', 'inspect', 'tomllib', 'typing', 'shlex')
 
 
 @pytest.mark.parametrize("with_config", [False, True])

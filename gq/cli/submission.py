@@ -9,7 +9,6 @@ words of directive lines.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from collections.abc import Callable
 
@@ -72,6 +71,7 @@ def each_node_script(wrap: str | None) -> str:
     itself runs once, on the job's first node)."""
     if wrap is None:
         raise UsageError("--each-node runs the --wrap command on each node: give --wrap")
+    import shlex  # here: shlex costs every `gq submit` more than its check of the script
     return (f"#!/bin/sh\nexec srun --ntasks-per-node 1 --kill-on-bad-exit=0 /bin/sh -c "
             f"{shlex.quote(wrap)}\n")
 
