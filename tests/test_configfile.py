@@ -65,7 +65,8 @@ def test_what_gq_up_writes_is_read_without_tomllib() -> None:
     assert configfile.plain_toml(text) == tomllib.loads(text)
 
 
-def _settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> configfile.ClientSettings:
+def _settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              text: str) -> configfile.ClientSettings:
     path = tmp_path / "gq.toml"
     path.write_text(text)
     monkeypatch.setenv("GQ_CONFIG", str(path))
@@ -77,7 +78,8 @@ def test_client_settings_are_the_full_configs(tmp_path: Path,
     for text in ("", "[head]\nclient_endpoints = [\"ipc:///a\"]\n",
                  "[client]\nendpoints = [\"tcp://h:1\"]\ntimeout_s = 3\n[head]\n"
                  "client_endpoints = [\"ipc:///a\"]\n",
-                 "# hand-written, with comments: tomllib reads it\n[client] # c\ntimeout_s = 2.5\n"):
+                 "# hand-written, with comments: tomllib reads it\n"
+                 "[client] # c\ntimeout_s = 2.5\n"):
         got = _settings(tmp_path, monkeypatch, text)
         full = config_mod.load()
         assert (got.path, got.client_endpoints(), got.timeout_s) == (
