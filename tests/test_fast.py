@@ -123,9 +123,10 @@ def test_the_cli_builds_a_spec_with_exactly_jobspecs_fields() -> None:
 #: `inspect` it imports, tomllib (a config that `gq up` wrote is read without it) and `typing`
 #: (which tomllib imports too; gq's modules on this path import it only under TYPE_CHECKING);
 #: shlex, which only a script with `#SBATCH`/`#GQ` lines or --each-node needs; json (its
-#: decoder and re), which neither the requests nor render.emit_json need.
+#: decoder and re), which neither the requests nor render.emit_json need; socket.py and its
+#: selectors (gq.zmtp uses the C module _socket).
 NOT_LOADED = ('typer', 'rich', 'gq.sched', 'gq.cli.app', 'zmq', 'gq.model', 'pathlib',
-              'gq.config', 'dataclasses', 'inspect', 'tomllib', 'typing', 'shlex', 'json')
+              'gq.config', 'dataclasses', 'inspect', 'tomllib', 'typing', 'shlex', 'json', 'socket', 'selectors')
 
 
 @pytest.mark.parametrize("with_config", [False, True])
