@@ -152,3 +152,21 @@ def test_submit_and_queue_load_neither_typer_nor_rich(tmp_path: Path, with_confi
         assert proc.stdout.split() == ["3", "[]"], (args, proc.stdout, proc.stderr)
         assert "no gq head is running here" in proc.stderr
         assert not with_config or "none.sock" in proc.stderr  # it read the file's endpoint
+
+
+def test_the_slurm_commands_take_the_same_path(tmp_path: Path) -> None:
+    """sbatch, squeue and scontrol (gq/slurm/) send their requests through the same Client:
+    none of what the fast path leaves out is loaded for them either (squeue parses with
+    argparse, which it needs)."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_RUNTIME_DIR": str(tmp_path / "run"), "GQ_CONFIG": ""}
+    env.pop("GQ_CONFIG")
+    for name, args in (("sbatch", ["-H", "--wrap", "true"]), ("squeue", []),
+                       ("scontrol", ["show", "job", "12"])):
+        code = (f"import sys\nfrom gq.slurm import {name}\n"
+                f"rc = {name}.main(sys.argv[1:])\n"
+                f"print(rc, [m for m in {NOT_LOADED!r} if m in sys.modules])\n")
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                              text=True, env=env, cwd=REPO)
+        assert proc.stdout.split() == ["1", "[]"], (name, proc.stdout, proc.stderr)
+        assert "no gq head is running here" in proc.stderr
