@@ -26,6 +26,7 @@ from gq.errors import ERRORS_BY_CODE, GqError, ProtocolError, UnreachableError, 
 TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
 if TYPE_CHECKING:  # neither gq.model's nor gq.config's dataclasses are loaded for the CLI
     from typing import Any
+
     from gq.config import Config
     from gq.model import JobSpec
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from gq.sched.types import Policy
 
+
 @dataclass
 class HeadConfig:
     #: Where gqd keeps its SQLite database.
