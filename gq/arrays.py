@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from gq.defaults import MAX_ARRAY_INDEX, MAX_ARRAY_TASKS
 from gq.errors import UsageError
@@ -17,11 +16,27 @@ _PART_RE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 _REF_RE = re.compile(r"^(\d+)(?:_(\d+))?$")
 
 
-@dataclass(frozen=True)
 class ArraySpec:
-    indices: tuple[int, ...]
-    #: Most tasks running at once (`%N`), or None for no limit.
-    throttle: int | None = None
+    """A parsed `--array`: its task indices, ascending, and the most tasks running at once
+    (`%N`), or None for no limit. A plain class, not a dataclass: `gq show` imports this
+    module (parse_ref), and `dataclasses` (with `inspect`) costs it more than the rest."""
+
+    __slots__ = ("indices", "throttle")
+
+    def __init__(self, indices: tuple[int, ...], throttle: int | None = None) -> None:
+        self.indices = indices
+        self.throttle = throttle
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ArraySpec):
+            return NotImplemented
+        return (self.indices, self.throttle) == (other.indices, other.throttle)
+
+    def __hash__(self) -> int:
+        return hash((self.indices, self.throttle))
+
+    def __repr__(self) -> str:
+        return f"ArraySpec(indices={self.indices!r}, throttle={self.throttle!r})"
 
 
 def parse_array(text: str) -> ArraySpec:

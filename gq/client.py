@@ -19,13 +19,15 @@ import os
 import pwd
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
 
-from gq import config as config_mod
-from gq import defaults, gcpause, protocol, zmtp
+from gq import configfile, defaults, gcpause, protocol, zmtp
 from gq.errors import ERRORS_BY_CODE, GqError, ProtocolError, UnreachableError, UsageError
 
-if TYPE_CHECKING:  # gq.model's dataclasses are not loaded for the CLI's requests
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:  # neither gq.model's nor gq.config's dataclasses are loaded for the CLI
+    from typing import Any
+
+    from gq.config import Config
     from gq.model import JobSpec
 
 #: How long to wait for a connection to the head before calling it unreachable, in seconds.
@@ -46,13 +48,19 @@ def wrap(command: str, **options: Any) -> JobSpec:
 
 class Client:
     """One connection to gqd. `cfg` defaults to the config `gq` finds (GQ_CONFIG, the running
-    personal cluster, /etc/gq/gq.toml); `timeout_s` bounds each reply (GQ_TIMEOUT, else
+    personal cluster, /etc/gq/gq.toml), of which it reads only [client] and [head]
+    client_endpoints (gq.configfile); `timeout_s` bounds each reply (GQ_TIMEOUT, else
     [client] timeout_s). Use it as a context manager, or call close()."""
 
-    def __init__(self, cfg: config_mod.Config | None = None, timeout_s: float | None = None):
-        self.cfg = cfg or config_mod.load()
+    def __init__(self, cfg: Config | configfile.ClientSettings | None = None,
+                 timeout_s: float | None = None):
+        if cfg is None:
+            cfg = configfile.client_settings()
+        elif not isinstance(cfg, configfile.ClientSettings):
+            cfg = configfile.ClientSettings(cfg.path, cfg.client_endpoints(), cfg.client.timeout_s)
+        self.cfg = cfg
         self.timeout_s = timeout_s if timeout_s is not None else float(
-            os.environ.get("GQ_TIMEOUT", self.cfg.client.timeout_s))
+            os.environ.get("GQ_TIMEOUT", self.cfg.timeout_s))
         self.endpoint = self._choose_endpoint()
         self._conn: zmtp.Dealer | None = None
         self._rids = itertools.count(int.from_bytes(os.urandom(3), "big"))

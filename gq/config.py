@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gq import defaults
+from gq import configfile, defaults
+from gq.configfile import read_toml  # noqa: F401 (callers read it here)
 from gq.errors import ConfigError, GqError
 from gq.powercfg import PowerConfig
 from gq.powercfg import check as check_power
@@ -24,11 +24,6 @@ if TYPE_CHECKING:
 
     from gq.sched.types import Policy
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 
 @dataclass
 class HeadConfig:
@@ -36,7 +31,7 @@ class HeadConfig:
     state_dir: str = "/var/lib/gq"
     #: Endpoints gqd binds for the CLI: a local ipc socket and optionally TCP.
     client_endpoints: list[str] = field(
-        default_factory=lambda: ["ipc:///run/gq/gqd.sock", "tcp://127.0.0.1:6817"])
+        default_factory=lambda: list(defaults.HEAD_CLIENT_ENDPOINTS))
     #: Endpoint gqd binds for gqnodes.
     node_endpoint: str = "tcp://0.0.0.0:6818"
     #: Endpoint gqd binds for relays: login hosts' `gq relay` and gqnodes forward their users'
@@ -335,16 +330,6 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
     return from_dict(read_toml(chosen), chosen)
 
 
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A config file's tables as written (to tell which keys it sets), or ConfigError."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        return tomllib.loads(text)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-
-
 def from_dict(data: dict[str, Any], source: str = "<config>") -> Config:
     cfg = Config(path=source)
     graced: set[str] = set()  # QOS whose table names its own grace_s
@@ -501,10 +486,8 @@ def _fill(cls: type, table: dict[str, Any], section: str, source: str) -> Any:
         if key not in known:
             raise ConfigError(f"{source}: unknown key {key!r} in [{section}]")
         expected = type(getattr(obj, key))
-        ok = isinstance(value, expected) or (expected is float and isinstance(value, int))
-        if not ok or isinstance(value, bool) != (expected is bool):
-            raise ConfigError(f"{source}: [{section}] {key} must be a {expected.__name__}, "
-                              f"not {value!r}")
+        if not configfile.type_ok(expected, value):
+            raise configfile.type_error(source, section, key, expected, value)
         setattr(obj, key, value)
     return obj
 
@@ -512,9 +495,8 @@ def _fill(cls: type, table: dict[str, Any], section: str, source: str) -> Any:
 # ---------------------------------------------------------------- where things live
 
 
-# Strings and os.path where `gq submit`, `queue` and `show` look for their config: pathlib
-# costs them more to import than finding the file does; the functions that return a Path
-# import it when called.
+# Where the file is: gq.configfile's (strings and os.path, for `gq submit`); the functions
+# that return a Path import pathlib when called.
 
 
 def _path(path: str | os.PathLike[str]) -> Path:
@@ -528,9 +510,7 @@ def personal_dir() -> Path:
 
 
 def _personal_dir() -> str:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
-                                                            "state")
-    return os.path.normpath(os.path.join(base, "gq"))
+    return configfile.personal_dir()
 
 
 def personal_runtime_dir() -> Path:
@@ -548,18 +528,7 @@ def find_config() -> Path:
 
 
 def _config_file() -> str:
-    if env := os.environ.get("GQ_CONFIG"):
-        return str(_path(env))  # as given, in Path's spelling (messages, Config.path)
-    personal = os.path.join(_personal_dir(), defaults.PERSONAL_CONFIG)
-    system = defaults.SYSTEM_CONFIG
-    if os.path.exists(personal) and (_personal_head_alive() or not os.path.exists(system)):
-        return personal
-    return system if os.path.exists(system) else personal
-
-
-def _personal_head_alive() -> bool:
-    from gq.pidfile import read_alive
-    return read_alive(os.path.join(_personal_dir(), "head", "gqd.pid")) is not None
+    return configfile.config_file()
 
 
 def to_toml(cfg: Config) -> str:

@@ -58,6 +58,8 @@ NODE_MIN_FREE_BYTES = 1024 * 1024
 RUN_RECORD_RESERVE_BYTES = 8192
 #: How long the CLI waits for a reply before it calls the head unreachable, in seconds.
 CLIENT_TIMEOUT_S = 15.0
+#: Endpoints gqd binds for the CLI ([head] client_endpoints): a local ipc socket and TCP.
+HEAD_CLIENT_ENDPOINTS = ("ipc:///run/gq/gqd.sock", "tcp://127.0.0.1:6817")
 #: Jobs the client asks for in one page of a listing (`gq queue`, `gq history`); gqd sends
 #: fewer when their records would take over half of MAX_MESSAGE_BYTES.
 PAGE_JOBS = 5000

@@ -9,9 +9,12 @@ its errors.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from gq.errors import UsageError
+
+TYPE_CHECKING = False  # typing is not imported for the Slurm commands' usual calls
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Most names one hostlist may stand for (a typo like n[1-999999999] must not eat memory).
 MAX_NAMES = 100_000

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import fcntl
 import os
-from typing import TYPE_CHECKING
 
 from gq.errors import GqError
 
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
 if TYPE_CHECKING:  # `gq submit` asks read_alive without loading pathlib
     from pathlib import Path
 

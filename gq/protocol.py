@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 
@@ -21,15 +20,19 @@ from gq import stepwire, unpack
 from gq.defaults import MAX_SUBMIT_SPECS, PROTOCOL_VERSION  # noqa: F401 (tests read them here)
 from gq.errors import ProtocolError
 
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
 if TYPE_CHECKING:
+    from typing import Any
+
     from gq import messages
     from gq.messages import (  # noqa: F401 (named here too)
         ACK, ALIVE, FINISHED, GPU_SCHEMA, HEAD_TO_NODE, HEARTBEAT, KILL, LAUNCH, MAX_NOTE,
         NODE_MESSAGES, REGISTER, REPORT, REREGISTER, STARTED, Message, usage_fields)
+    from gq.schema import Rules
 from gq.schema import (  # noqa: F401 (named here too)
     AS_TOKEN, AS_UID, BOOL, COUNTS, DICT, INT, LENGTHS, LIST, MAX_DEPTH, MAX_FIELDS,
     MAX_HEALTH_LINE, MAX_LIST, MAX_READINGS, MAX_SCRIPT, MAX_STR, NUM, OPT_INT, OPT_LIST,
-    OPT_STR, RANGES, REF, STR, STRINGS, ENV_NAME, Rules, Schema, check, check_extras, each_item,
+    OPT_STR, RANGES, REF, STR, STRINGS, ENV_NAME, Schema, check, check_extras, each_item,
     refs)
 from gq.unpack import clip
 
@@ -203,6 +206,7 @@ def decode_message(frame: bytes | memoryview, allowed: frozenset[str]) -> Messag
 def from_node(frame: bytes | memoryview) -> messages.NodeMessage:
     """What a node sends gqd: Register, Heartbeat or Report (else ProtocolError)."""
     _node_types()
+    from typing import cast  # here: loaded in gqd and gqnode anyway, not for the CLI
     return cast("messages.NodeMessage", decode_message(frame, _node_messages))
 
 
@@ -210,6 +214,7 @@ def from_head(frame: bytes | memoryview) -> messages.HeadMessage:
     """What gqd sends a node: Launch, Kill, Ack, Reregister, Step, StepKill or Alive (else
     ProtocolError)."""
     _node_types()
+    from typing import cast  # here: loaded in gqd and gqnode anyway, not for the CLI
     return cast("messages.HeadMessage", decode_message(frame, _head_to_node))
 
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Any
 
 from gq.defaults import MAX_ARRAY_INDEX, MAX_SUBMIT_SPECS
 from gq.errors import ProtocolError
 from gq.unpack import clip
+
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The uid a relay proved for the caller of a request it forwards (SO_PEERCRED on its host),
 #: added by the relay to any client request; gqd reads it only from relay connections.
@@ -39,10 +42,21 @@ DICT = (dict,)
 #: and RANGES, COUNTS and the NUL check apply to a field of that name wherever it appears;
 #: a message's rules (Rules) say what its container fields hold.
 Schema = dict[str, tuple[tuple[type, ...], bool]]
-#: A rule for a field's contents: (field, value, message type) -> None, or ProtocolError.
-Rule = Callable[[str, Any, str], None]
-#: Field -> the rule its value (when not None) passes after its type.
-Rules = dict[str, Rule]
+if TYPE_CHECKING:
+    #: A rule for a field's contents: (field, value, message type) -> None, or ProtocolError.
+    Rule = Callable[[str, Any, str], None]
+    #: Field -> the rule its value (when not None) passes after its type.
+    Rules = dict[str, Rule]
+else:
+    def __getattr__(name: str) -> object:
+        """Rule and Rules for get_type_hints (gq.declare, in gqd and gqnode), made on first
+        use: they need typing's Any, which the CLI's requests do not import."""
+        if name not in ("Rule", "Rules"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from typing import Any
+        rule = Callable[[str, Any, str], None]
+        globals().update(Rule=rule, Rules=dict[str, rule])
+        return globals()[name]
 MAX_STR = 4096
 MAX_SCRIPT = 1024 * 1024
 #: Most items in a list field (job ids, nodes, env entries ...) unless COUNTS says fewer.

@@ -8,9 +8,12 @@ place. A leaf: it imports nothing of gq's but its errors.
 
 from __future__ import annotations
 
-from typing import Any
 
 from gq.errors import ProtocolError
+
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any
 
 # Client -> head.
 #: srun: start a step of the caller's running job; how it is; end it.

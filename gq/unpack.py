@@ -13,23 +13,26 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Callable
-from typing import Any, TypedDict
 
 import msgpack
 
 from gq.defaults import MAX_CONTAINERS, MAX_MESSAGE_BYTES
 from gq.errors import ProtocolError
 
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any, TypedDict
 
-class Limits(TypedDict):
-    """msgpack's limits, as Unpacker's keyword arguments (typed, so a misspelt or a missing
-    limit is the type checker's error, not a silently unlimited message)."""
+    # A TypedDict is the type checker's; at run time Limits are a plain dict.
+    class Limits(TypedDict):
+        """msgpack's limits, as Unpacker's keyword arguments (typed, so a misspelt or a missing
+        limit is the type checker's error, not a silently unlimited message)."""
 
-    max_str_len: int
-    max_bin_len: int
-    max_array_len: int
-    max_map_len: int
-    max_ext_len: int
+        max_str_len: int
+        max_bin_len: int
+        max_array_len: int
+        max_map_len: int
+        max_ext_len: int
 
 
 #: How far into a frame rid_of looks (gq's clients put the rid third).

@@ -10,7 +10,9 @@ and message frames. Nothing here knows gq's protocol; errors are gq's own (gq/er
 
 from __future__ import annotations
 
-import socket
+# The C module: socket.py's enum conversions and selectors cost a `gq submit` more than the
+# connection does, and this uses only what _socket has.
+import _socket as socket
 import time
 
 from gq.defaults import MAX_MESSAGE_BYTES

@@ -117,18 +117,56 @@ def test_the_cli_builds_a_spec_with_exactly_jobspecs_fields() -> None:
     assert (spec["time_limit_s"], spec["signal"], spec["array"]) == (3600, "B:USR1@30", "0-3")
 
 
-def test_submit_and_queue_load_neither_typer_nor_rich(tmp_path: Path) -> None:
-    """Without a head to talk to the command fails, but only after the fast path ran it."""
+#: What the fast path must not load. typer and rich: the point of it; the rest cost `gq submit`
+#: and `gq show` more to import than their request takes (docs/BENCHMARKS.md, "The 40 ms CLI"):
+#: gq.config's dataclasses (Client reads gq.configfile's few values), `dataclasses` and the
+#: `inspect` it imports, tomllib (a config that `gq up` wrote is read without it) and `typing`
+#: (which tomllib imports too; gq's modules on this path import it only under TYPE_CHECKING);
+#: shlex, which only a script with `#SBATCH`/`#GQ` lines or --each-node needs; json (its
+#: decoder and re), which neither the requests nor render.emit_json need; socket.py and its
+#: selectors (gq.zmtp uses the C module _socket).
+NOT_LOADED = ('typer', 'rich', 'gq.sched', 'gq.cli.app', 'zmq', 'gq.model', 'pathlib',
+              'gq.config', 'dataclasses', 'inspect', 'tomllib', 'typing', 'shlex', 'json', 'socket', 'selectors')
+
+
+@pytest.mark.parametrize("with_config", [False, True])
+def test_submit_and_queue_load_neither_typer_nor_rich(tmp_path: Path, with_config: bool) -> None:
+    """Without a head to talk to the command fails, but only after the fast path ran it; with
+    a config as `gq up` writes one (its endpoint a socket that is not there), after reading it."""
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
            "XDG_RUNTIME_DIR": str(tmp_path / "run"), "GQ_CONFIG": ""}
     env.pop("GQ_CONFIG")
+    if with_config:
+        from gq import config as config_mod
+        cfg = config_mod.Config()
+        cfg.head.client_endpoints = [f"ipc://{tmp_path}/none.sock"]
+        (tmp_path / "gq.toml").write_text(config_mod.to_toml(cfg))
+        env["GQ_CONFIG"] = str(tmp_path / "gq.toml")
     code = ("import sys\nfrom gq.cli.main import main\n"
             "rc = main(sys.argv[1:])\n"
-            "print(rc, [m for m in ('typer', 'rich', 'gq.sched', 'gq.cli.app', 'zmq', "
-            "'gq.model', 'pathlib') if m in sys.modules])\n")
+            f"print(rc, [m for m in {NOT_LOADED!r} if m in sys.modules])\n")
     for args in (["submit", "--parsable", "--hold", "--wrap", "true"], ["queue", "-p"],
-                 ["q", "--json", "-t", "pd"], ["show", "12", "--json"]):
+                 ["q", "--json", "-t", "pd"], ["show", "12", "--json"], ["show", "12"]):
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
                               text=True, env=env, cwd=REPO)
         assert proc.stdout.split() == ["3", "[]"], (args, proc.stdout, proc.stderr)
+        assert "no gq head is running here" in proc.stderr
+        assert not with_config or "none.sock" in proc.stderr  # it read the file's endpoint
+
+
+def test_the_slurm_commands_take_the_same_path(tmp_path: Path) -> None:
+    """sbatch, squeue and scontrol (gq/slurm/) send their requests through the same Client:
+    none of what the fast path leaves out is loaded for them either (squeue parses with
+    argparse, which it needs)."""
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"),
+           "XDG_RUNTIME_DIR": str(tmp_path / "run"), "GQ_CONFIG": ""}
+    env.pop("GQ_CONFIG")
+    for name, args in (("sbatch", ["-H", "--wrap", "true"]), ("squeue", []),
+                       ("scontrol", ["show", "job", "12"])):
+        code = (f"import sys\nfrom gq.slurm import {name}\n"
+                f"rc = {name}.main(sys.argv[1:])\n"
+                f"print(rc, [m for m in {NOT_LOADED!r} if m in sys.modules])\n")
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                              text=True, env=env, cwd=REPO)
+        assert proc.stdout.split() == ["1", "[]"], (name, proc.stdout, proc.stderr)
         assert "no gq head is running here" in proc.stderr

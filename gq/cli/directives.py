@@ -9,8 +9,6 @@ on the command line and in `#GQ` lines it is an error.
 
 from __future__ import annotations
 
-import shlex
-
 from gq.errors import UsageError
 from gq.spec import OPTIONS
 
@@ -30,6 +28,7 @@ def directive_lines(script: str) -> tuple[list[str], list[str]]:
         for prefix, target in (("#GQ", gq_words), ("#SBATCH", slurm_words)):
             if stripped.startswith(prefix + " ") or stripped.startswith(prefix + "\t"):
                 text = stripped[len(prefix):].split(" #", 1)[0]
+                import shlex  # here: a script without directives (--wrap) needs none
                 try:
                     target.extend(shlex.split(text))
                 except ValueError as exc:

@@ -17,9 +17,12 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from gq import spec as spec_fields
+
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any
 
 #: (option names, parameter, type, default) of `gq submit`, from its declaration (gq/spec.py),
 #: as typer's command has them too; type bool is a flag.
@@ -42,9 +45,10 @@ QUEUE_OPTIONS: tuple[tuple[tuple[str, ...], str, type, Any], ...] = (
     (("-o", "--format"), "fmt", str, None),
 )
 
-Options = tuple[tuple[tuple[str, ...], str, type, Any], ...]
-#: Option values, the parameters given on the command line, and the positional words.
-Parse = tuple[dict[str, Any], set[str], list[str]]
+if TYPE_CHECKING:
+    Options = tuple[tuple[tuple[str, ...], str, type, Any], ...]
+    #: Option values, the parameters given on the command line, and the positional words.
+    Parse = tuple[dict[str, Any], set[str], list[str]]
 
 
 def run(argv: list[str]) -> int | None:

@@ -7,11 +7,14 @@ command (gq/cli/jobs.py).
 
 from __future__ import annotations
 
-from typing import Any
 
 from gq import gcpause
 from gq.cli import render
 from gq.errors import UsageError
+
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
           "PREEMPTED", "OUT_OF_MEMORY")

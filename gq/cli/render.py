@@ -7,16 +7,23 @@ scripts can parse it; rich is imported only when a terminal will see it.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import time
 from collections.abc import Sequence
-from json.encoder import encode_basestring_ascii as _json_str
-from typing import Any
 
 from gq.arrays import fold
 from gq.units import format_duration, format_size, parse_iso_time
+
+# json's own C string encoder, alone: the json package (its decoder, re) costs `gq show` more.
+try:
+    from _json import encode_basestring_ascii as _json_str
+except ImportError:  # pragma: no cover (a Python built without the accelerator)
+    from json.encoder import encode_basestring_ascii as _json_str
+
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Version of the `--json` documents; bumped only when a field changes meaning or goes away.
 JSON_SCHEMA_VERSION = 1
@@ -71,6 +78,7 @@ def _pretty(value: Any, pad: str) -> str:
         return "[\n" + ",\n".join(_items(value, pad + "  ")) + f"\n{pad}]"
     # Floats (NaN, Infinity), other keys: json's own text. It has no raw newline but those
     # between its lines, so indenting those puts it at this depth.
+    import json  # here: the usual types above need none of it
     return json.dumps(value, indent=2).replace("\n", "\n" + pad)
 
 

@@ -9,22 +9,25 @@ words of directive lines.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from gq import defaults
 from gq import spec as spec_fields
 from gq.cli.directives import directive_lines, translate_slurm
 from gq.errors import ExitStatus, UsageError
 
+TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
+if TYPE_CHECKING:
+    from typing import Any
+
 #: The options that steer the command rather than set a field; directives may give them too
 #: (but --wrap: a script has its own body).
 COMMAND_OPTIONS = ("wait", "test_only", "parsable", "as_json")
 
-#: Option values and the names of those given on their line, from a command line's words.
-Parsed = tuple[dict[str, Any], set[str]]
+if TYPE_CHECKING:
+    #: Option values and the names of those given on their line, from a command line's words.
+    Parsed = tuple[dict[str, Any], set[str]]
 
 
 class Unparsed(Exception):
@@ -68,6 +71,7 @@ def each_node_script(wrap: str | None) -> str:
     itself runs once, on the job's first node)."""
     if wrap is None:
         raise UsageError("--each-node runs the --wrap command on each node: give --wrap")
+    import shlex  # here: shlex costs every `gq submit` more than its check of the script
     return (f"#!/bin/sh\nexec srun --ntasks-per-node 1 --kill-on-bad-exit=0 /bin/sh -c "
             f"{shlex.quote(wrap)}\n")
 

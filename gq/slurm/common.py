@@ -7,12 +7,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from gq.errors import GqError, UsageError, end
 from gq.units import parse_iso_time
 
+TYPE_CHECKING = False  # typing is not imported for the Slurm commands' usual calls
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from _typeshed import SupportsWrite
 
 #: gq's states in Slurm's compact form (squeue %t).

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from gq.slurm.common import Failure
 
+TYPE_CHECKING = False  # typing is not imported for the Slurm commands' usual calls
+if TYPE_CHECKING:
+    from typing import Any
+
 _SPEC = re.compile(r"%(\.)?(#|\d+)?([A-Za-z])")
 
-#: A field's header and how to get its text from a row.
-Column = tuple[str, Callable[[Any], str]]
+if TYPE_CHECKING:
+    #: A field's header and how to get its text from a row.
+    Column = tuple[str, Callable[[Any], str]]
 
 
 def parse(fmt: str, columns: dict[str, Column], prog: str) -> list[tuple[Any, ...]]:

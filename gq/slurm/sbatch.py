@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import Any
 
 from gq.cli import fast, submission
 from gq.errors import GqError, RefusedError, UsageError
 from gq.slurm import common
 from gq.slurm.common import Failure
 from gq.spec import OPTIONS
+
+TYPE_CHECKING = False  # typing is not imported for the Slurm commands' usual calls
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def usage() -> str:

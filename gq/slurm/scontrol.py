@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 from gq import protocol
 from gq.errors import GqError
 from gq.hostlist import compress, expand
 from gq.slurm import common
 from gq.slurm.common import Failure
+
+TYPE_CHECKING = False  # typing is not imported for the Slurm commands' usual calls
+if TYPE_CHECKING:
+    from typing import Any
 
 USAGE = ("scontrol [show job|node|partition|hostnames|hostlist [NAME]] | hold|release|requeue "
          "JOBID... | update JobId=JOBID TimeLimit=|JobName=|QOS=VALUE ...")

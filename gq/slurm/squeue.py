@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from gq.slurm import common, fmt
 from gq.slurm.common import Failure
+
+TYPE_CHECKING = False  # typing is not imported for the Slurm commands' usual calls
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
 START = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R"
 
-#: A row: (job, the id shown, now).
-Row = tuple[dict[str, Any], str, float]
+if TYPE_CHECKING:
+    #: A row: (job, the id shown, now).
+    Row = tuple[dict[str, Any], str, float]
 
 
 def _null(value: Any) -> str:
