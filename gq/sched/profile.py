@@ -10,13 +10,14 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 from gq.sched.placement import gpu_fits, offered, telemetry_limited
 from gq.model import Gpu
-from gq.sched.types import Alloc, NodeView, PendingJob, RunningJob
+from gq.sched.types import Alloc, HeldGpus, NodeView, PendingJob, RunningJob
 
 
 @dataclass
@@ -32,6 +33,12 @@ class NodeProfile:
     shared: dict[int, list[tuple[float, float, int]]] = field(default_factory=dict)
     #: GPU filter -> the first time each matching GPU is free, ascending (until the next take).
     firsts: dict[tuple[object, ...], list[float]] = field(default_factory=dict)
+    #: The lists of `busy` and `shared` that are the caller's (Snapshot.held): a booking
+    #: copies one before adding to it.
+    lent: Mapping[int, list[tuple[float, float]]] = field(default_factory=dict)
+    lent_shared: Mapping[int, list[tuple[float, float, int]]] = field(default_factory=dict)
+    #: Its bookings are the caller's index's, untouched by this pass (Profile._held_bound).
+    as_held: bool = False
 
     def free_over(self, gpu: int, start: float, end: float) -> bool:
         for b_start, b_end in self.busy.get(gpu, ()):
@@ -62,17 +69,27 @@ class NodeProfile:
 
     def take_shared(self, gpus: tuple[int, ...], start: float, end: float, mem: int) -> None:
         self.take(gpus, start, end)
+        shared, lent, booking = self.shared, self.lent_shared, (start, end, mem)
         for gpu in gpus:
-            insort(self.shared.setdefault(gpu, []), (start, end, mem))
+            bookings = shared.get(gpu)
+            if bookings is None:
+                shared[gpu] = [booking]
+            elif bookings is lent.get(gpu):
+                shared[gpu] = _inserted(bookings, booking)
+            else:
+                insort(bookings, booking)
 
     def take(self, gpus: tuple[int, ...], start: float, end: float) -> None:
+        self.as_held = False
         if self.firsts:
             self.firsts.clear()
-        busy, interval = self.busy, (start, end)
+        busy, lent, interval = self.busy, self.lent, (start, end)
         for gpu in gpus:
             intervals = busy.get(gpu)
             if intervals is None:
                 busy[gpu] = [interval]
+            elif intervals is lent.get(gpu):
+                busy[gpu] = _inserted(intervals, interval)  # the caller's: copied, never changed
             else:
                 insort(intervals, interval)
 
@@ -83,7 +100,8 @@ def _fits(view: NodeView, gpu: Gpu, job: PendingJob) -> bool:
 
 class Profile:
     def __init__(self, nodes: tuple[NodeView, ...], running: Sequence[RunningJob], now: float,
-                 owner: dict[str, str] | None = None, closed: set[str] | None = None):
+                 owner: dict[str, str] | None = None, closed: set[str] | None = None,
+                 held: HeldGpus | None = None):
         self.now = now
         #: Node -> the QOS whose pool it is in; the owners whose pools are not lent out now.
         self.owner, self.closed = owner or {}, closed or set()
@@ -94,6 +112,32 @@ class Profile:
         self._fit_cache: dict[tuple[object, ...], _Fits] = {}
         #: Names of the nodes booked in this pass, in order (they invalidate kept bounds).
         self._booked: list[str] = []
+        #: The caller's index of the running jobs' bookings, when this pass took them from it.
+        self._held = held if held is not None and held.usable(now) else None
+        if self._held is not None:
+            self._borrow(self._held)
+        else:
+            self._book_running(running, now)
+        self._explain_taken(nodes, now)
+        #: Free-now GPU count per node, kept up to date as jobs start in this pass.
+        self.free_now = {n.name: len(n.free) for n in nodes}
+        self._free_total = sum(len(n.free) for n in nodes if n.schedulable)
+
+    def _borrow(self, held: HeldGpus) -> None:
+        """The running jobs' bookings from the caller's index: each node's lists as they are
+        (a pass copies a list only to book that GPU), which is what `_book_running` would
+        build (gq/sched/held.py says why starts before now change nothing)."""
+        busy, shared = held.busy, held.shared
+        for name, node in self.nodes.items():
+            node.as_held = True
+            kept = busy.get(name)
+            if kept:
+                node.busy, node.lent = dict(kept), kept
+                kept_shared = shared.get(name)
+                if kept_shared:
+                    node.shared, node.lent_shared = dict(kept_shared), kept_shared
+
+    def _book_running(self, running: Sequence[RunningJob], now: float) -> None:
         soon = now + 1.0
         for job in running:
             # An overdue job still holds its GPUs; a job being stopped frees them any moment.
@@ -106,6 +150,8 @@ class Profile:
                     node.take_shared(gpus, now, end, job.share_mem)
                 else:
                     node.take(gpus, now, end)
+
+    def _explain_taken(self, nodes: tuple[NodeView, ...], now: float) -> None:
         for view in nodes:
             # A GPU the snapshot says is taken but no running job explains (a job still being
             # stopped) is taken now, and free soon after. (When as many GPUs have bookings as
@@ -117,9 +163,6 @@ class Profile:
             for gpu in view.gpus:
                 if gpu.index not in view.free and not node.busy.get(gpu.index):
                     node.take((gpu.index,), now, now + 1.0)
-        #: Free-now GPU count per node, kept up to date as jobs start in this pass.
-        self.free_now = {n.name: len(n.free) for n in nodes}
-        self._free_total = sum(len(n.free) for n in nodes if n.schedulable)
 
     def any_free_now(self) -> bool:
         return self._free_total > 0
@@ -212,9 +255,26 @@ class Profile:
         key = (job.gpu_type, job.gpu_mem)
         firsts = node.firsts.get(key)
         if firsts is None:
+            if node.as_held and self._held is not None and job.gpus:
+                return self._held_bound(node, key, matching, job.gpus)
             firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, []), self.now)
                                                for g in matching)
         return firsts[job.gpus - 1] if job.gpus else self.now
+
+    def _held_bound(self, node: NodeProfile, key: tuple[object, ...], matching: list[int],
+                    gpus: int) -> float:
+        """`_bound` of a node this pass has not booked, from what the caller's index keeps
+        for it until its running jobs change: its bookings then all begin by now and end after
+        (HeldGpus.usable), so a GPU is first free when its last one ends, or now."""
+        assert self._held is not None
+        memo = self._held.firsts(node.view.name)
+        kept = memo.get(key)
+        if kept is None or kept[0] != matching:  # (a node's telemetry may change what matches)
+            busy = node.busy
+            ends = sorted(max(end for _, end in busy[g]) for g in matching if g in busy)
+            kept = memo[key] = (list(matching), len(matching) - len(ends), ends)
+        _, free, ends = kept
+        return self.now if gpus <= free else ends[gpus - 1 - free]
 
     def _open_nodes(self, job: PendingJob) -> list[tuple[int, NodeProfile, list[int]]]:
         """Schedulable nodes the job's QOS may use, in order, with their GPUs matching the
@@ -352,6 +412,9 @@ class Profile:
                 node.mem_started += job.mem
 
 
+#: A booking: (start, end), or a sharing one's (start, end, VRAM).
+_B = TypeVar("_B", tuple[float, float], tuple[float, float, int])
+
 #: A node's fit for a rank of a job: (pool rank, free GPUs left, later bookings, node name,
 #: the GPUs), as Profile.place orders them.
 _Fit = tuple[int, int, int, str, list[int]]
@@ -390,6 +453,13 @@ class _Bounds:
         entry = self.by_name.pop(name, None)
         if entry is not None:
             del self.entries[bisect_left(self.entries, entry)]
+
+
+def _inserted(items: list[_B], item: _B) -> list[_B]:
+    """A sorted copy of `items` with `item` added."""
+    copy = items.copy()
+    insort(copy, item)
+    return copy
 
 
 def _first_free(intervals: list[tuple[float, float]], now: float) -> float:
