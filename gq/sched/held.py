@@ -43,7 +43,7 @@ class HeldIndex:
         self._jobs: dict[int, RunningJob] = {}
         #: (end estimate, id) of every job, ascending: the first says whether one is overdue.
         self._ends: list[tuple[float, int]] = []
-        #: Jobs being stopped, and the latest start ever added (only ever raised: a bound).
+        #: Jobs being stopped, and a bound on the latest start (raised as jobs come).
         self._ending = 0
         self._latest_start = float("-inf")
         #: Node -> what a pass worked out from its bookings (profile.py's start bounds), kept
@@ -56,6 +56,9 @@ class HeldIndex:
     def usable(self, now: float) -> bool:
         """Whether a pass at `now` may take the bookings as they are: no job is overdue (the
         pass would hold it until now + 1), being stopped, or started after now."""
+        if self._latest_start > now:  # (a bound, only raised as jobs come: made exact here)
+            self._latest_start = max((j.start_time for j in self._jobs.values()),
+                                     default=float("-inf"))
         return not self._ending and self._latest_start <= now \
             and (not self._ends or self._ends[0][0] >= now + 1.0)
 

@@ -332,9 +332,12 @@ class Profile:
                job.share, job.allowed)
         kept = self._fit_cache.get(key)
         if kept is None:
+            # (A node without `gpus` free now cannot take an exclusive rank: _fit's first test,
+            # made here, without a call for each of the many full nodes.)
+            free_now, need, now = self.free_now, 0 if job.share else job.gpus, self.now
             kept = self._fit_cache[key] = _Fits(
-                {name: self._fit(node, job, self.now) for name, node in self.nodes.items()},
-                len(self._booked))
+                {name: self._fit(node, job, now) if free_now[name] >= need else None
+                 for name, node in self.nodes.items()}, len(self._booked))
         else:
             for name in self._booked_since(kept):
                 kept.fits[name] = self._fit(self.nodes[name], job, self.now)
@@ -390,6 +393,8 @@ class Profile:
     def _prefer_unreserved(self, node: NodeProfile, gpus: list[int], count: int,
                            start: float) -> list[int]:
         """Among suitable GPUs, take those with no later booking first (lowest index next)."""
+        if count >= len(gpus):
+            return sorted(gpus)  # all of them, whatever their bookings
         def later(gpu: int) -> int:
             return sum(1 for b_start, _ in node.busy.get(gpu, ()) if b_start >= start)
         return sorted(sorted(gpus, key=later)[:count])
