@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
@@ -33,10 +33,11 @@ class NodeProfile:
     shared: dict[int, list[tuple[float, float, int]]] = field(default_factory=dict)
     #: GPU filter -> the first time each matching GPU is free, ascending (until the next take).
     firsts: dict[tuple[object, ...], list[float]] = field(default_factory=dict)
-    #: The lists of `busy` and `shared` that are the caller's (Snapshot.held): a booking
-    #: copies one before adding to it.
-    lent: Mapping[int, list[tuple[float, float]]] = field(default_factory=dict)
-    lent_shared: Mapping[int, list[tuple[float, float, int]]] = field(default_factory=dict)
+    #: The caller's `busy` and `shared` for this node (Snapshot.held), or None: they are the
+    #: node's own until a booking copies the dict, and the lists in them until a booking
+    #: copies that GPU's; the caller's are never changed.
+    lent: dict[int, list[tuple[float, float]]] | None = None
+    lent_shared: dict[int, list[tuple[float, float, int]]] | None = None
     #: Its bookings are the caller's index's, untouched by this pass (Profile._held_bound).
     as_held: bool = False
 
@@ -70,6 +71,10 @@ class NodeProfile:
     def take_shared(self, gpus: tuple[int, ...], start: float, end: float, mem: int) -> None:
         self.take(gpus, start, end)
         shared, lent, booking = self.shared, self.lent_shared, (start, end, mem)
+        if lent is None:
+            lent = {}
+        elif shared is lent:
+            shared = self.shared = dict(lent)
         for gpu in gpus:
             bookings = shared.get(gpu)
             if bookings is None:
@@ -84,6 +89,10 @@ class NodeProfile:
         if self.firsts:
             self.firsts.clear()
         busy, lent, interval = self.busy, self.lent, (start, end)
+        if lent is None:
+            lent = _NONE_LENT
+        elif busy is lent:
+            busy = self.busy = dict(lent)
         for gpu in gpus:
             intervals = busy.get(gpu)
             if intervals is None:
@@ -92,6 +101,13 @@ class NodeProfile:
                 busy[gpu] = _inserted(intervals, interval)  # the caller's: copied, never changed
             else:
                 insort(intervals, interval)
+
+
+#: Lent to the nodes of no running job (never changed: a booking copies what is lent).
+_NONE_HELD: dict[int, list[tuple[float, float]]] = {}
+_NONE_SHARED: dict[int, list[tuple[float, float, int]]] = {}
+#: What a node that borrowed nothing compares its lists with: none is lent.
+_NONE_LENT: dict[int, list[tuple[float, float]]] = {}
 
 
 def _fits(view: NodeView, gpu: Gpu, job: PendingJob) -> bool:
@@ -105,7 +121,6 @@ class Profile:
         self.now = now
         #: Node -> the QOS whose pool it is in; the owners whose pools are not lent out now.
         self.owner, self.closed = owner or {}, closed or set()
-        self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
         self._match_cache: dict[tuple[object, ...], list[int]] = {}
         self._open_cache: dict[tuple[object, ...], list[tuple[int, NodeProfile, list[int]]]] = {}
         self._bound_cache: dict[tuple[object, ...], _Bounds] = {}
@@ -115,27 +130,27 @@ class Profile:
         #: The caller's index of the running jobs' bookings, when this pass took them from it.
         self._held = held if held is not None and held.usable(now) else None
         if self._held is not None:
-            self._borrow(self._held)
+            self.nodes = self._borrow(nodes, self._held)
         else:
+            self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
             self._book_running(running, now)
         self._explain_taken(nodes, now)
         #: Free-now GPU count per node, kept up to date as jobs start in this pass.
         self.free_now = {n.name: len(n.free) for n in nodes}
         self._free_total = sum(len(n.free) for n in nodes if n.schedulable)
 
-    def _borrow(self, held: HeldGpus) -> None:
+    def _borrow(self, nodes: tuple[NodeView, ...], held: HeldGpus) -> dict[str, NodeProfile]:
         """The running jobs' bookings from the caller's index: each node's lists as they are
         (a pass copies a list only to book that GPU), which is what `_book_running` would
         build (gq/sched/held.py says why starts before now change nothing)."""
         busy, shared = held.busy, held.shared
-        for name, node in self.nodes.items():
-            node.as_held = True
-            kept = busy.get(name)
-            if kept:
-                node.busy, node.lent = dict(kept), kept
-                kept_shared = shared.get(name)
-                if kept_shared:
-                    node.shared, node.lent_shared = dict(kept_shared), kept_shared
+        out = {}
+        for view in nodes:
+            kept = busy.get(view.name) or _NONE_HELD
+            kept_shared = shared.get(view.name) or _NONE_SHARED
+            out[view.name] = NodeProfile(view=view, busy=kept, shared=kept_shared, lent=kept,
+                                         lent_shared=kept_shared, as_held=True)
+        return out
 
     def _book_running(self, running: Sequence[RunningJob], now: float) -> None:
         soon = now + 1.0

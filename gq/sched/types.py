@@ -152,11 +152,11 @@ class HeldGpus(Protocol):
     one."""
 
     @property
-    def busy(self) -> Mapping[str, Mapping[int, list[tuple[float, float]]]]:
+    def busy(self) -> Mapping[str, dict[int, list[tuple[float, float]]]]:
         """Node -> GPU index -> sorted (start, end) bookings of running jobs."""
 
     @property
-    def shared(self) -> Mapping[str, Mapping[int, list[tuple[float, float, int]]]]:
+    def shared(self) -> Mapping[str, dict[int, list[tuple[float, float, int]]]]:
         """Node -> GPU index -> sorted (start, end, VRAM) bookings of sharing running jobs."""
 
     def usable(self, now: float) -> bool:
