@@ -13,7 +13,6 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar
 
 from gq.sched.placement import gpu_fits, offered, telemetry_limited
 from gq.model import Gpu
@@ -79,9 +78,9 @@ class NodeProfile:
             bookings = shared.get(gpu)
             if bookings is None:
                 shared[gpu] = [booking]
-            elif bookings is lent.get(gpu):
-                shared[gpu] = _inserted(bookings, booking)
             else:
+                if bookings is lent.get(gpu):
+                    shared[gpu] = bookings = bookings.copy()  # the caller's: never changed
                 insort(bookings, booking)
 
     def take(self, gpus: tuple[int, ...], start: float, end: float) -> None:
@@ -97,9 +96,9 @@ class NodeProfile:
             intervals = busy.get(gpu)
             if intervals is None:
                 busy[gpu] = [interval]
-            elif intervals is lent.get(gpu):
-                busy[gpu] = _inserted(intervals, interval)  # the caller's: copied, never changed
             else:
+                if intervals is lent.get(gpu):
+                    busy[gpu] = intervals = intervals.copy()  # the caller's: never changed
                 insort(intervals, interval)
 
 
@@ -432,9 +431,6 @@ class Profile:
                 node.mem_started += job.mem
 
 
-#: A booking: (start, end), or a sharing one's (start, end, VRAM).
-_B = TypeVar("_B", tuple[float, float], tuple[float, float, int])
-
 #: A node's fit for a rank of a job: (pool rank, free GPUs left, later bookings, node name,
 #: the GPUs), as Profile.place orders them.
 _Fit = tuple[int, int, int, str, list[int]]
@@ -473,13 +469,6 @@ class _Bounds:
         entry = self.by_name.pop(name, None)
         if entry is not None:
             del self.entries[bisect_left(self.entries, entry)]
-
-
-def _inserted(items: list[_B], item: _B) -> list[_B]:
-    """A sorted copy of `items` with `item` added."""
-    copy = items.copy()
-    insort(copy, item)
-    return copy
 
 
 def _first_free(intervals: list[tuple[float, float]], now: float) -> float:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
-from gq.sched.held import HeldIndex
 from gq.sched.queue import QueueIndex
 from gq.sched.types import (NodeView, PendingJob, Plan, Policy, Preempt, RunningJob, Snapshot,
                             Start)
+from gq.sched.held import HeldIndex
 from gq.sim.trace import TraceJob
 
 PolicyFn = Callable[[Snapshot, float, Policy], Plan]
