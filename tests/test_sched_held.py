@@ -141,3 +141,40 @@ def test_index_refuses_what_a_pass_must_clamp() -> None:
     assert held.busy == {} and held.usable(NOW)
     held.add(dataclasses.replace(job, time_limit_s=3600, ending=True))
     assert not held.usable(NOW)  # being stopped: free any moment
+
+
+def test_the_simulator_hands_its_bookings_and_decides_as_without_them() -> None:
+    """The engine keeps a HeldIndex as jobs start and end and hands it to every pass, which
+    borrows it (most passes here: no job is overdue); the replay is the one without it."""
+    import random
+
+    from gq.sched.types import Plan
+    from gq.sim.engine import Cluster, Simulator
+    from gq.sim.trace import TraceJob
+
+    rng = random.Random(7)
+    jobs = []
+    for i in range(300):
+        runtime = rng.choice([60, 600, 3600, 20000])
+        gpus = rng.choice([1, 1, 2, 4, 8, 16])
+        nodes, per = (gpus // 8, 8) if gpus > 8 else (1, gpus)
+        jobs.append(TraceJob(id=i, name=str(i), submit_time=float(i * 90), runtime_s=runtime,
+                             time_limit_s=runtime * rng.choice([1, 2, 5]), nodes=nodes,
+                             gpus=per, user=f"u{i % 5}"))
+    borrowed = []
+
+    def watching(state: Snapshot, now: float, policy: Policy) -> Plan:
+        held = state.held
+        assert isinstance(held, HeldIndex) and len(held) == len(state.running)
+        borrowed.append(held.usable(now))
+        return plan(state, now, policy)
+
+    cluster = Cluster(nodes=3)
+    kept = Simulator(jobs, cluster, watching, POLICY).run()
+    without = Simulator(jobs, cluster, plan, POLICY)
+    without.held = None
+    rebuilt = without.run()
+    assert sum(borrowed) > len(borrowed) // 2, "most passes borrow the kept bookings"
+    assert [(o.start, o.end, o.nodes) for o in kept.outcomes] \
+        == [(o.start, o.end, o.nodes) for o in rebuilt.outcomes]
+    assert kept.plan_calls == rebuilt.plan_calls
