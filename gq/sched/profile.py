@@ -39,6 +39,8 @@ class NodeProfile:
     lent_shared: dict[int, list[tuple[float, float, int]]] | None = None
     #: Its bookings are the caller's index's, untouched by this pass (Profile._held_bound).
     as_held: bool = False
+    #: GPU index -> the first time it is free (_first_free), until a booking takes it.
+    first_free: dict[int, float] = field(default_factory=dict)
 
     def free_over(self, gpu: int, start: float, end: float) -> bool:
         for b_start, b_end in self.busy.get(gpu, ()):
@@ -87,6 +89,9 @@ class NodeProfile:
         self.as_held = False
         if self.firsts:
             self.firsts.clear()
+        if self.first_free:
+            for gpu in gpus:
+                self.first_free.pop(gpu, None)
         busy, lent, interval = self.busy, self.lent, (start, end)
         if lent is None:
             lent = _NONE_LENT
@@ -271,8 +276,17 @@ class Profile:
         if firsts is None:
             if node.as_held and self._held is not None and job.gpus:
                 return self._held_bound(node, key, matching, job.gpus)
-            firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, []), self.now)
-                                               for g in matching)
+            # Each GPU's first free time is kept until a booking takes that GPU: a reservation
+            # books a few GPUs of a node, and the node's list is then redone from the others'.
+            known, busy, now = node.first_free, node.busy, self.now
+            firsts = []
+            for g in matching:
+                t = known.get(g)
+                if t is None:
+                    t = known[g] = _first_free(busy.get(g, []), now)
+                firsts.append(t)
+            firsts.sort()
+            node.firsts[key] = firsts
         return firsts[job.gpus - 1] if job.gpus else self.now
 
     def _held_bound(self, node: NodeProfile, key: tuple[object, ...], matching: list[int],
