@@ -38,6 +38,7 @@ from gq.messages import NodeMessage
 from gq.model import Job, Node
 from gq.sched import PendingJob, Snapshot, placement, plan
 from gq.sched.priority import priority_of
+from gq.sched.held import HeldIndex
 from gq.sched.queue import QueueIndex
 from gq.store import Store
 
@@ -131,6 +132,9 @@ class Head:
         self.table.mailer.configure(cfg.head.mail_program)
         #: The jobs of the last pass, kept in the orders a pass takes them (under the policy).
         self.queue_index = QueueIndex(self.policy)
+        #: The running jobs' bookings, synced each pass (a dict lookup per job while their
+        #: views stay the same objects), so a pass need not rebuild them (gq/sched/held.py).
+        self.held_index = HeldIndex()
         for part in (self.table, self.registry, self.admission, self.actions, self.submits):
             part.cfg = cfg
         self.listings.policy = self.policy
@@ -317,8 +321,10 @@ class Head:
         self.wake_at = min([*(rule.stale_at(self.registry.nodes[v.name]) for v in nodes
                               if placement.telemetry_limited(v)),
                             *(() if self.wake_at is None else (self.wake_at,))], default=None)
-        result = plan(Snapshot(nodes=nodes, pending=pending, running=table.running_views(),
-                               usage=usage, queue=self.queue_index), now, self.policy)
+        running = table.running_views()
+        self.held_index.sync(running)
+        result = plan(Snapshot(nodes=nodes, pending=pending, running=running, usage=usage,
+                               queue=self.queue_index, held=self.held_index), now, self.policy)
         # A job waiting for a warm GPU (--cold-wait) takes a cold one once its wait is over.
         cold_at = min((v.cold_wait_until for v in pending if v.cold_wait_until > now),
                       default=None)

@@ -40,7 +40,7 @@ class _Pass:
         self.state, self.now, self.policy = state, now, policy
         # A pool is lent out only while no job of its owner waits.
         closed = {j.qos for j in state.pending if j.qos in policy.pools} if policy.pools else set()
-        self.profile = Profile(state.nodes, state.running, now, policy.owner, closed)
+        self.profile = Profile(state.nodes, state.running, now, policy.owner, closed, state.held)
         self.result = Plan()
         # Shape -> smallest time limit that could not start now: a longer or equal one cannot
         # either, since bookings only grow during a pass. Jobs of one shape are tried once.

@@ -17,7 +17,7 @@ from functools import cached_property
 from gq.sched import affinity
 from gq.sched.placement import gpu_fits, offered, telemetry_limited
 from gq.model import Gpu
-from gq.sched.types import Alloc, NodeView, PendingJob, RunningJob
+from gq.sched.types import Alloc, HeldGpus, NodeView, PendingJob, RunningJob
 
 
 @dataclass
@@ -33,6 +33,15 @@ class NodeProfile:
     shared: dict[int, list[tuple[float, float, int]]] = field(default_factory=dict)
     #: GPU filter -> the first time each matching GPU is free, ascending (until the next take).
     firsts: dict[tuple[object, ...], list[float]] = field(default_factory=dict)
+    #: The caller's `busy` and `shared` for this node (Snapshot.held), or None: they are the
+    #: node's own until a booking copies the dict, and the lists in them until a booking
+    #: copies that GPU's; the caller's are never changed.
+    lent: dict[int, list[tuple[float, float]]] | None = None
+    lent_shared: dict[int, list[tuple[float, float, int]]] | None = None
+    #: Its bookings are the caller's index's, untouched by this pass (Profile._held_bound).
+    as_held: bool = False
+    #: GPU index -> the first time it is free (_first_free), until a booking takes it.
+    first_free: dict[int, float] = field(default_factory=dict)
 
     def free_over(self, gpu: int, start: float, end: float) -> bool:
         for b_start, b_end in self.busy.get(gpu, ()):
@@ -63,19 +72,47 @@ class NodeProfile:
 
     def take_shared(self, gpus: tuple[int, ...], start: float, end: float, mem: int) -> None:
         self.take(gpus, start, end)
+        shared, lent, booking = self.shared, self.lent_shared, (start, end, mem)
+        if lent is None:
+            lent = {}
+        elif shared is lent:
+            shared = self.shared = dict(lent)
         for gpu in gpus:
-            insort(self.shared.setdefault(gpu, []), (start, end, mem))
+            bookings = shared.get(gpu)
+            if bookings is None:
+                shared[gpu] = [booking]
+            else:
+                if bookings is lent.get(gpu):
+                    shared[gpu] = bookings = bookings.copy()  # the caller's: never changed
+                insort(bookings, booking)
 
     def take(self, gpus: tuple[int, ...], start: float, end: float) -> None:
+        self.as_held = False
         if self.firsts:
             self.firsts.clear()
-        busy, interval = self.busy, (start, end)
+        if self.first_free:
+            for gpu in gpus:
+                self.first_free.pop(gpu, None)
+        busy, lent, interval = self.busy, self.lent, (start, end)
+        if lent is None:
+            lent = _NONE_LENT
+        elif busy is lent:
+            busy = self.busy = dict(lent)
         for gpu in gpus:
             intervals = busy.get(gpu)
             if intervals is None:
                 busy[gpu] = [interval]
             else:
+                if intervals is lent.get(gpu):
+                    busy[gpu] = intervals = intervals.copy()  # the caller's: never changed
                 insort(intervals, interval)
+
+
+#: Lent to the nodes of no running job (never changed: a booking copies what is lent).
+_NONE_HELD: dict[int, list[tuple[float, float]]] = {}
+_NONE_SHARED: dict[int, list[tuple[float, float, int]]] = {}
+#: What a node that borrowed nothing compares its lists with: none is lent.
+_NONE_LENT: dict[int, list[tuple[float, float]]] = {}
 
 
 def _fits(view: NodeView, gpu: Gpu, job: PendingJob) -> bool:
@@ -84,17 +121,43 @@ def _fits(view: NodeView, gpu: Gpu, job: PendingJob) -> bool:
 
 class Profile:
     def __init__(self, nodes: tuple[NodeView, ...], running: Sequence[RunningJob], now: float,
-                 owner: dict[str, str] | None = None, closed: set[str] | None = None):
+                 owner: dict[str, str] | None = None, closed: set[str] | None = None,
+                 held: HeldGpus | None = None):
         self.now = now
         #: Node -> the QOS whose pool it is in; the owners whose pools are not lent out now.
         self.owner, self.closed = owner or {}, closed or set()
-        self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
         self._match_cache: dict[tuple[object, ...], list[int]] = {}
         self._open_cache: dict[tuple[object, ...], list[tuple[int, NodeProfile, list[int]]]] = {}
         self._bound_cache: dict[tuple[object, ...], _Bounds] = {}
         self._fit_cache: dict[tuple[object, ...], _Fits] = {}
         #: Names of the nodes booked in this pass, in order (they invalidate kept bounds).
         self._booked: list[str] = []
+        #: The caller's index of the running jobs' bookings, when this pass took them from it.
+        self._held = held if held is not None and held.usable(now) else None
+        if self._held is not None:
+            self.nodes = self._borrow(nodes, self._held)
+        else:
+            self.nodes = {n.name: NodeProfile(view=n) for n in nodes}
+            self._book_running(running, now)
+        self._explain_taken(nodes, now)
+        #: Free-now GPU count per node, kept up to date as jobs start in this pass.
+        self.free_now = {n.name: len(n.free) for n in nodes}
+        self._free_total = sum(len(n.free) for n in nodes if n.schedulable)
+
+    def _borrow(self, nodes: tuple[NodeView, ...], held: HeldGpus) -> dict[str, NodeProfile]:
+        """The running jobs' bookings from the caller's index: each node's lists as they are
+        (a pass copies a list only to book that GPU), which is what `_book_running` would
+        build (gq/sched/held.py says why starts before now change nothing)."""
+        busy, shared = held.busy, held.shared
+        out = {}
+        for view in nodes:
+            kept = busy.get(view.name) or _NONE_HELD
+            kept_shared = shared.get(view.name) or _NONE_SHARED
+            out[view.name] = NodeProfile(view=view, busy=kept, shared=kept_shared, lent=kept,
+                                         lent_shared=kept_shared, as_held=True)
+        return out
+
+    def _book_running(self, running: Sequence[RunningJob], now: float) -> None:
         soon = now + 1.0
         for job in running:
             # An overdue job still holds its GPUs; a job being stopped frees them any moment.
@@ -107,6 +170,8 @@ class Profile:
                     node.take_shared(gpus, now, end, job.share_mem)
                 else:
                     node.take(gpus, now, end)
+
+    def _explain_taken(self, nodes: tuple[NodeView, ...], now: float) -> None:
         for view in nodes:
             # A GPU the snapshot says is taken but no running job explains (a job still being
             # stopped) is taken now, and free soon after. (When as many GPUs have bookings as
@@ -118,9 +183,6 @@ class Profile:
             for gpu in view.gpus:
                 if gpu.index not in view.free and not node.busy.get(gpu.index):
                     node.take((gpu.index,), now, now + 1.0)
-        #: Free-now GPU count per node, kept up to date as jobs start in this pass.
-        self.free_now = {n.name: len(n.free) for n in nodes}
-        self._free_total = sum(len(n.free) for n in nodes if n.schedulable)
 
     def any_free_now(self) -> bool:
         return self._free_total > 0
@@ -213,9 +275,35 @@ class Profile:
         key = (job.gpu_type, job.gpu_mem)
         firsts = node.firsts.get(key)
         if firsts is None:
-            firsts = node.firsts[key] = sorted(_first_free(node.busy.get(g, []), self.now)
-                                               for g in matching)
+            if node.as_held and self._held is not None and job.gpus:
+                return self._held_bound(node, key, matching, job.gpus)
+            # Each GPU's first free time is kept until a booking takes that GPU: a reservation
+            # books a few GPUs of a node, and the node's list is then redone from the others'.
+            known, busy, now = node.first_free, node.busy, self.now
+            firsts = []
+            for g in matching:
+                t = known.get(g)
+                if t is None:
+                    t = known[g] = _first_free(busy.get(g, []), now)
+                firsts.append(t)
+            firsts.sort()
+            node.firsts[key] = firsts
         return firsts[job.gpus - 1] if job.gpus else self.now
+
+    def _held_bound(self, node: NodeProfile, key: tuple[object, ...], matching: list[int],
+                    gpus: int) -> float:
+        """`_bound` of a node this pass has not booked, from what the caller's index keeps
+        for it until its running jobs change: its bookings then all begin by now and end after
+        (HeldGpus.usable), so a GPU is first free when its last one ends, or now."""
+        assert self._held is not None
+        memo = self._held.firsts(node.view.name)
+        kept = memo.get(key)
+        if kept is None or kept[0] != matching:  # (a node's telemetry may change what matches)
+            busy = node.busy
+            ends = sorted(max(end for _, end in busy[g]) for g in matching if g in busy)
+            kept = memo[key] = (list(matching), len(matching) - len(ends), ends)
+        _, free, ends = kept
+        return self.now if gpus <= free else ends[gpus - 1 - free]
 
     def _open_nodes(self, job: PendingJob) -> list[tuple[int, NodeProfile, list[int]]]:
         """Schedulable nodes the job's QOS may use, in order, with their GPUs matching the
@@ -273,9 +361,12 @@ class Profile:
                job.share, job.allowed, job.cache_key, affinity.warm_only(job, self.now))
         kept = self._fit_cache.get(key)
         if kept is None:
+            # (A node without `gpus` free now cannot take an exclusive rank: _fit's first test,
+            # made here, without a call for each of the many full nodes.)
+            free_now, need, now = self.free_now, 0 if job.share else job.gpus, self.now
             kept = self._fit_cache[key] = _Fits(
-                {name: self._fit(node, job, self.now) for name, node in self.nodes.items()},
-                len(self._booked))
+                {name: self._fit(node, job, now) if free_now[name] >= need else None
+                 for name, node in self.nodes.items()}, len(self._booked))
         else:
             for name in self._booked_since(kept):
                 kept.fits[name] = self._fit(self.nodes[name], job, self.now)
@@ -340,6 +431,8 @@ class Profile:
     def _prefer_unreserved(self, node: NodeProfile, gpus: list[int], count: int,
                            start: float) -> list[int]:
         """Among suitable GPUs, take those with no later booking first (lowest index next)."""
+        if count >= len(gpus):
+            return sorted(gpus)  # all of them, whatever their bookings
         def later(gpu: int) -> int:
             return sum(1 for b_start, _ in node.busy.get(gpu, ()) if b_start >= start)
         return sorted(sorted(gpus, key=later)[:count])

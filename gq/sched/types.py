@@ -153,6 +153,28 @@ class QueueOrder(Protocol):
         """Pending jobs that need no GPU."""
 
 
+class HeldGpus(Protocol):
+    """The running jobs' bookings kept by a caller that sees jobs start and end
+    (gq/sched/held.py's HeldIndex), so that a pass need not rebuild them. A pass only reads
+    them (it copies a GPU's list before booking it); the caller must not change them during
+    one."""
+
+    @property
+    def busy(self) -> Mapping[str, dict[int, list[tuple[float, float]]]]:
+        """Node -> GPU index -> sorted (start, end) bookings of running jobs."""
+
+    @property
+    def shared(self) -> Mapping[str, dict[int, list[tuple[float, float, int]]]]:
+        """Node -> GPU index -> sorted (start, end, VRAM) bookings of sharing running jobs."""
+
+    def usable(self, now: float) -> bool:
+        """Whether a pass at `now` may take the bookings as they are (else it builds them)."""
+
+    def firsts(self, node: str) -> dict[tuple[object, ...], tuple[list[int], int, list[float]]]:
+        """What passes work out from `node`'s bookings, kept until they change
+        (Profile._held_bound)."""
+
+
 @dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[NodeView, ...]
@@ -166,6 +188,10 @@ class Snapshot:
     #: simulator; gqd syncs one each pass), so that a pass need not order the queue
     #: (gq/sched/queue.py). It must hold exactly `pending`, under the same policy.
     queue: QueueOrder | None = None
+    #: Optional: the running jobs' bookings kept by a caller that sees them start and end (the
+    #: simulator; gqd syncs one each pass), so that a pass need not rebuild them
+    #: (gq/sched/held.py). It must hold exactly `running`.
+    held: HeldGpus | None = None
 
 
 @dataclass(frozen=True)

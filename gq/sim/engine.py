@@ -22,6 +22,7 @@ from gq.sched.queue import QueueIndex
 from gq.sim.affinity import ColdStarts
 from gq.sched.types import (NodeView, PendingJob, Plan, Policy, Preempt, RunningJob, Snapshot,
                             Start)
+from gq.sched.held import HeldIndex
 from gq.sim.trace import TraceJob
 
 PolicyFn = Callable[[Snapshot, float, Policy], Plan]
@@ -254,6 +255,9 @@ class Simulator:
         else:
             self.queue = QueueIndex(self.policy)
             self.watchers.append(self.queue)
+        # The running jobs' bookings, kept as jobs start and end, for a policy that builds an
+        # availability profile (gq's plan(): rebuilding it every pass had been most of a pass).
+        self.held: HeldIndex | None = None if self.queue is None else HeldIndex()
         self.running: dict[int, _Run] = {}
         #: The running jobs as policies see them (the same keys as `running`).
         self.running_jobs: dict[int, RunningJob] = {}
@@ -376,7 +380,8 @@ class Simulator:
             self._show_checkpoints(now)
         usage = self.usage.at(now) if self.usage.scaled else {}
         return Snapshot(nodes=self._node_views(), pending=self.pending_views.view(),
-                        running=self.running_views.view(), usage=usage, queue=self.queue)
+                        running=self.running_views.view(), usage=usage, queue=self.queue,
+                        held=self.held)
 
     def _show_checkpoints(self, now: float) -> None:
         """Bring the running jobs' views up to date with their last checkpoints, for a policy
@@ -440,6 +445,8 @@ class Simulator:
         self.running[job.id] = _Run(job=job, view=view, epoch=epoch)
         self.running_views.changing()
         self.running_jobs[job.id] = view
+        if self.held is not None:
+            self.held.add(view)
         outcome = self.outcome[job.id]
         outcome.waited_s += now - (job.submit_time if outcome.queued_at is None
                                    else outcome.queued_at)
@@ -497,6 +504,8 @@ class Simulator:
         del self.running[run.job.id]
         self.running_views.changing()
         del self.running_jobs[run.job.id]
+        if self.held is not None:
+            self.held.remove(run.job.id)
         self.qos_running[run.job.qos] -= 1
         for name, gpus in run.view.alloc.items():
             self._set_free(name, self.free[name] | set(gpus))
