@@ -40,35 +40,6 @@ def test_json_documents_are_exactly_what_json_dumps_writes(capsys: pytest.Captur
         assert capsys.readouterr().out == json.dumps(doc, indent=2) + "\n"
 
 
-def test_lists_of_flat_dicts_take_the_c_encoder_and_write_the_same_text(
-        capsys: pytest.CaptureFixture) -> None:
-    """A listing of queued jobs (dicts holding no non-empty list or dict) is written by json's
-    C encoder: strings that look like its separators, brackets or braces must not fool it."""
-    tricky = ["x: []", "z: {}", "},\n      {", "}, {", "]", "{}", "[]", "\n"]
-    rng = random.Random(5)
-    scalars = [None, True, False, 0, -1, 2**70, 1.5, float("nan"), float("-inf"), "", "é日本",
-               "\ud800", [], {}, (), *tricky]
-    flat = [{f"k{i}": rng.choice(scalars) for i in range(rng.randint(1, 6))} for _ in range(300)]
-    flat += [{1: "int key", None: [], 2.5: {}}, {"a": "x: []", "b": "y: {}"}]
-    jobs = [Job(id=i, spec=JobSpec(script="x", name=f"n{i}: []", cwd="/w")).to_json()
-            for i in range(1, 20)]
-    assert render._flat_dicts(flat, "  ") is not None  # the fast path is the one tested
-    assert render._flat_dicts(jobs, "  ") is not None
-    for doc in [flat, {"schema_version": 1, "jobs": jobs}, [{"a": 1}, {"b": 2}],
-                # not flat: each falls back to the general writer, with the same text
-                [{"a": "x: []"}, {"a": [1]}], [{"a": "y: {}"}, {"a": {"b": None}}],
-                [{"a": 1}, {}], [{"a": 1}, [2]], [{"a": (1,)}, {"a": 2}]]:
-        render.emit_json(doc)
-        assert capsys.readouterr().out == json.dumps(doc, indent=2) + "\n"
-    assert render._flat_dicts([{"a": "x: []"}, {"a": [1]}], "  ") is None
-    # a string that only looks like a nested list costs the fast path, never the text
-    assert render._flat_dicts([{"a": "a: [b"}, {"a": 1}], "  ") is None
-    render.emit_json([{"a": "a: [b"}, {"a": "y: {"}])
-    assert capsys.readouterr().out == json.dumps([{"a": "a: [b"}, {"a": "y: {"}], indent=2) + "\n"
-    with pytest.raises(TypeError):  # what json.dumps raises for what it cannot write
-        render.emit_json([{"a": 1}, {"a": {1, 2}}])
-
-
 def test_long_tables_are_plain_text_on_a_terminal_too(monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setattr(render, "_is_tty", lambda: True)

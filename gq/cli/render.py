@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import Sequence
 from json.encoder import encode_basestring_ascii as _json_str
-from json.encoder import c_make_encoder  # type: ignore[attr-defined]
 from typing import Any
 
 from gq.arrays import fold
@@ -79,10 +78,6 @@ def _items(values: list[Any] | tuple[Any, ...], pad: str) -> list[str]:
     """A list's items at `pad`. A listing's jobs are dicts with the same keys in the same order:
     their keys' text is made once for the lot, and string values (most of them) go straight
     to json's encoder; a third of `gq queue --json`'s time was spent on the rest of `_pretty`."""
-    if len(values) > 1 and all(type(v) is dict and v for v in values):
-        flat = _flat_dicts(values, pad)
-        if flat is not None:
-            return [flat]
     out = []
     keys: tuple[Any, ...] = ()
     heads: list[str] | None = None
@@ -103,40 +98,6 @@ def _items(values: list[Any] | tuple[Any, ...], pad: str) -> list[str]:
                 continue
         out.append(pad + _pretty(v, pad))
     return out
-
-
-class _Unknown(Exception):
-    """A value json's C encoder does not know: `_pretty` writes it (or raises as json does)."""
-
-
-def _unknown(value: Any) -> Any:
-    raise _Unknown
-
-
-def _flat_dicts(values: list[Any] | tuple[Any, ...], pad: str) -> str | None:
-    """The items at `pad` of a list of non-empty dicts none of which holds a non-empty list or
-    dict (a listing of queued jobs): written by json's C encoder, ten times faster than
-    `_items`' loop; None for any other list.
-
-    Without indent the C encoder writes each separator as given, and at one depth the
-    separator of a dict's items is ",\n" + the depth's pad, as indent=2 has it. Only the
-    braces of the dicts need their own lines: a string value never holds a raw newline, so
-    "},\n<pad>{" is found only between two items. A nested non-empty list or dict follows
-    ": " with no closing bracket next, and a string can add ": [" only as often as ": []"
-    or more: equal counts prove there is none."""
-    if c_make_encoder is None:  # a Python built without _json
-        return None
-    inner = pad + "  "
-    encode = c_make_encoder({}, _unknown, _json_str, None, ": ", ",\n" + inner, False, False,
-                            True)
-    try:
-        text = "".join(encode(values, 0))
-    except _Unknown:
-        return None
-    if text.count(": [") != text.count(": []") or text.count(": {") != text.count(": {}"):
-        return None
-    body = text[2:-2].replace("},\n" + inner + "{", f"\n{pad}}},\n{pad}{{\n{inner}")
-    return f"{pad}{{\n{inner}{body}\n{pad}}}"
 
 
 #: `gq --color WHEN`: "auto" (colour on a terminal unless $NO_COLOR is set), "always" (rich
