@@ -74,7 +74,7 @@ class Listings:
         key = None if fields is None else tuple(fields)
         record = job_record(key)
         if not msg.start:
-            return _paged(jobs, record, msg.limit, records.packed(key, record))
+            return _paged(jobs, record, msg.limit, records.packed(key))
 
         def with_start(job: Job) -> dict[str, Any]:
             # squeue --start: the scheduler's reservations of pending jobs

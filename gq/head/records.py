@@ -20,10 +20,8 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable
-from typing import Any
-
 from gq import protocol
-from gq.model import Job
+from gq.model import JOB_FIELDS, Job, job_record
 
 #: The fields a record may read, but the priority: equal values, equal record.
 _WATCHED = operator.attrgetter(*(f.name for f in dataclasses.fields(Job) if f.name != "priority"))
@@ -31,41 +29,36 @@ _WATCHED = operator.attrgetter(*(f.name for f in dataclasses.fields(Job) if f.na
 #: priority's value, bytes after it; or the whole record and None).
 _ATTR = "_listed"
 
-Record = Callable[[Job], dict[str, Any]]
-
-
 def _header_len(n: int) -> int:
     """Bytes of msgpack's header of a map of n items (fixmap, map16, map32)."""
     return 1 if n < 16 else 3 if n < 1 << 16 else 5
 
 
-def _split(data: dict[str, Any], pack: Callable[[Any], bytes]) -> tuple[bytes, bytes | None]:
-    """`data` packed (as pack(data) writes it) in two parts, either side of the priority's
-    value; or all of it and None when it has no priority."""
-    if "priority" not in data:
-        return pack(data), None
-    items = list(data.items())
-    at = list(data).index("priority")
-    before, after = dict(items[:at]), dict(items[at + 1:])
-    head = protocol.map_header(len(data))
-    return (head + pack(before)[_header_len(len(before)):] + pack("priority"),
-            pack(after)[_header_len(len(after)):])
-
-
-def packed(key: tuple[str, ...] | None, record: Record) -> Callable[[Job], bytes]:
-    """A function giving a job's record of field set `key` (made by `record`) packed, made
-    again only when the job has changed since it was last made."""
+def packed(key: tuple[str, ...] | None) -> Callable[[Job], bytes]:
+    """A function giving a job's record of field set `key` (job_record's: None for all of
+    them) packed as pack(job_record(key)(job)) would be, made again only when the job has
+    changed since it was last made. Its parts either side of the priority are made by records
+    of those fields alone (job_record's too), so a record made anew costs no more than one
+    made for a single listing."""
     pack = protocol.packer()
+    names = tuple(JOB_FIELDS) if key is None else key
+    at = names.index("priority") if "priority" in names else len(names)
+    head = protocol.map_header(len(names))
+    before, after = job_record(names[:at]), job_record(names[at + 1:])
+    cut_before, cut_after = _header_len(at), _header_len(max(0, len(names) - at - 1))
+    tail = at < len(names)
 
     def packed_record(job: Job) -> bytes:
         seen = _WATCHED(job)
         kept = job.__dict__.get(_ATTR)
         entry = kept.get(key) if kept is not None else None
         if entry is None or entry[0] != seen:
-            before, after = _split(record(job), pack)
+            entry = (seen, head + pack(before(job))[cut_before:]
+                     + (pack("priority") if tail else b""),
+                     pack(after(job))[cut_after:] if tail else None)
             if kept is None:
                 kept = job.__dict__[_ATTR] = {}
-            kept[key] = entry = (seen, before, after)
+            kept[key] = entry
         if entry[2] is None:
             return entry[1]
         return entry[1] + pack(job.priority) + entry[2]
