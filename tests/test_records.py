@@ -44,11 +44,11 @@ def test_a_kept_record_is_the_fresh_one_after_every_change() -> None:
             assert packed(job) == _fresh(job, key), f"undo of {name}"
             setattr(job, name, value)
         packed(job)
-        kept = job.__dict__["_listed"][key]
+        kept = job.__dict__["_listed"][1][key]
         for priority in (5, 70_000, -3, 2**40):  # moves with the clock: spliced, not remade
             job.priority = priority
             assert packed(job) == _fresh(job, key)
-            assert job.__dict__["_listed"][key] is kept
+            assert job.__dict__["_listed"][1][key] is kept
 
 
 def test_each_field_set_is_kept_apart_on_the_job() -> None:
@@ -57,7 +57,10 @@ def test_each_field_set_is_kept_apart_on_the_job() -> None:
     for _ in range(2):
         assert full(job) == _fresh(job, None)
         assert table(job) == _fresh(job, render.QUEUE_FIELDS)
-    assert set(job.__dict__["_listed"]) == {None, render.QUEUE_FIELDS}
+    assert set(job.__dict__["_listed"][1]) == {None, render.QUEUE_FIELDS}
+    job.reason = "Resources"  # a change lets go of every field set's record at once
+    assert table(job) == _fresh(job, render.QUEUE_FIELDS)
+    assert set(job.__dict__["_listed"][1]) == {render.QUEUE_FIELDS}
     # A field added to Job is watched with no edit to records.py: all but the priority are.
     watched = records._WATCHED(job)
     assert len(watched) == len(dataclasses.fields(Job)) - 1

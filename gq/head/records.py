@@ -25,9 +25,10 @@ from gq.model import JOB_FIELDS, Job, job_record
 
 #: The fields a record may read, but the priority: equal values, equal record.
 _WATCHED = operator.attrgetter(*(f.name for f in dataclasses.fields(Job) if f.name != "priority"))
-#: The job attribute holding its kept records: field set -> (watched values, bytes before the
-#: priority's value, bytes after it; or the whole record and None).
+#: The job attribute holding its kept records: (the watched values they were made from,
+#: field set -> (bytes before the priority's value, bytes after it; or all and None)).
 _ATTR = "_listed"
+_Kept = tuple[tuple[object, ...], dict[tuple[str, ...] | None, tuple[bytes, bytes | None]]]
 
 def _header_len(n: int) -> int:
     """Bytes of msgpack's header of a map of n items (fixmap, map16, map32)."""
@@ -50,16 +51,15 @@ def packed(key: tuple[str, ...] | None) -> Callable[[Job], bytes]:
 
     def packed_record(job: Job) -> bytes:
         seen = _WATCHED(job)
-        kept = job.__dict__.get(_ATTR)
-        entry = kept.get(key) if kept is not None else None
-        if entry is None or entry[0] != seen:
-            entry = (seen, head + pack(before(job))[cut_before:]
-                     + (pack("priority") if tail else b""),
-                     pack(after(job))[cut_after:] if tail else None)
-            if kept is None:
-                kept = job.__dict__[_ATTR] = {}
-            kept[key] = entry
-        if entry[2] is None:
-            return entry[1]
-        return entry[1] + pack(job.priority) + entry[2]
+        kept: _Kept | None = job.__dict__.get(_ATTR)
+        if kept is None or kept[0] != seen:  # changed: every field set's record goes
+            kept = job.__dict__[_ATTR] = (seen, {})
+        entry = kept[1].get(key)
+        if entry is None:
+            entry = kept[1][key] = (head + pack(before(job))[cut_before:]
+                                    + (pack("priority") if tail else b""),
+                                    pack(after(job))[cut_after:] if tail else None)
+        if entry[1] is None:
+            return entry[0]
+        return entry[0] + pack(job.priority) + entry[1]
     return packed_record
