@@ -102,7 +102,9 @@ CLIENT_REQUESTS = frozenset(_CLIENT_SCHEMAS) | DECLARED
 class PackedItems(list):
     """A message's list field whose items were packed already, one msgpack form each in `parts`:
     encode sends those as they are. (A listing page measures each record's size as it builds
-    the page; packing each again in the reply was a third of gqd's time answering it.)"""
+    the page; packing each again in the reply was a third of gqd's time answering it.) A
+    listing page's items are those packed forms themselves (gq/head/records.py keeps them, not
+    the records): gqd only sends its replies."""
 
     def __init__(self, items: list[Any], parts: list[bytes]) -> None:
         super().__init__(items)
@@ -112,6 +114,11 @@ class PackedItems(list):
 def packer() -> Callable[[Any], bytes]:
     """A function packing one value as encode does, cheaper than packb for many small values."""
     return msgpack.Packer(use_bin_type=True).pack
+
+
+def map_header(n: int) -> bytes:
+    """The header encode packs before a map of `n` items."""
+    return msgpack.Packer(use_bin_type=True).pack_map_header(n)
 
 
 def encode(msg_type: str, **fields: Any) -> bytes:

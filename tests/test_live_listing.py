@@ -90,3 +90,51 @@ def test_a_page_stops_short_of_the_message_limit(cluster: LiveCluster) -> None:
     assert len(plain) == 2 and name in plain[1]  # one folded row for the array
     doc = json.loads(cluster.gq("queue", "--json", check=True).stdout)
     assert len(doc["jobs"]) == count and doc["jobs"][-1]["name"] == name
+
+
+def test_a_listing_shows_each_change_of_a_job_whose_record_gqd_keeps(
+        cluster: LiveCluster) -> None:
+    """gqd sends a job's kept record again until the job changes (gq/head/records.py): every
+    change (update, release, start, a refused update, the end) shows in the next listing,
+    through both field sets (`--json`'s and the table's) and the CLI."""
+    job = cluster.submit("--hold", "-J", "before", "-o", "out-%x-%j.txt", "-t", "10",
+                         "--wrap", "sleep 60")
+    from gq.cli import render
+
+    def listed() -> tuple[dict, dict]:
+        with cluster.client() as c:
+            full = [j for j in c.queue() if j["id"] == job]
+            table = [j for j in c.queue(fields=render.QUEUE_FIELDS) if j["id"] == job]
+        assert len(full) == len(table) == 1
+        assert {k: full[0][k] for k in render.QUEUE_FIELDS} == table[0]
+        return full[0], table[0]
+
+    def fresh() -> dict:  # what gqd makes anew for one job, for the fields a listing holds
+        shown = cluster.show(job)
+        return {k: v for k, v in shown.items() if k in listed()[0] and k != "priority"}
+
+    first, _ = listed()
+    assert first == listed()[0]  # kept: the same record again
+    assert first["name"] == "before" and first["stdout"].endswith(f"out-before-{job}.txt")
+    with cluster.client() as c:
+        assert c.update([job], name="after", time_limit_s=300)["done"]
+        assert not c.update([job], qos="no-such-qos")["done"]  # refused: nothing changes
+    now, row = listed()
+    assert now["name"] == row["name"] == "after" and now["time_limit_s"] == 300
+    assert now["stdout"].endswith(f"out-after-{job}.txt")
+    assert {k: v for k, v in now.items() if k != "priority"} == fresh()
+    table = cluster.gq("queue", check=True).stdout
+    assert "after" in table and "before" not in table
+    with cluster.client() as c:
+        assert c.release([job])["done"]
+    cluster.wait_state(job, "RUNNING")
+    now, row = listed()
+    assert now["state"] == row["state"] == "RUNNING" and now["hold"] is None
+    assert now["node_list"] and now["start_time"] and now["gpu_ids"]
+    assert {k: v for k, v in now.items() if k != "priority"} == fresh()
+    assert f"{job}" in cluster.gq("queue", "-t", "R", check=True).stdout
+    cluster.gq("cancel", str(job), check=True)
+    cluster.wait_state(job, "CANCELLED")
+    with cluster.client() as c:
+        assert job not in [j["id"] for j in c.queue()]
+        assert [j["state"] for j in c.queue(all=True) if j["id"] == job] == ["CANCELLED"]

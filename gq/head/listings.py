@@ -12,7 +12,7 @@ from typing import Any
 from gq import ckptstore, defaults, gcpause, protocol, requests
 from gq.errors import ProtocolError
 from gq.head.actions import ref
-from gq.head import tokens
+from gq.head import records, tokens
 from gq.head.auth import Caller
 from gq.head.jobs import JobTable
 from gq.head.steps import step_record
@@ -71,9 +71,10 @@ class Listings:
         fields = _fields(msg.fields, msg.TYPE)
         if fields is None or "priority" in fields:
             jobs = self.table.shown(jobs, now, self.policy)
-        record = job_record(None if fields is None else tuple(fields))
+        key = None if fields is None else tuple(fields)
+        record = job_record(key)
         if not msg.start:
-            return _paged(jobs, record, msg.limit)
+            return _paged(jobs, record, msg.limit, records.packed(key))
 
         def with_start(job: Job) -> dict[str, Any]:
             # squeue --start: the scheduler's reservations of pending jobs
@@ -205,13 +206,16 @@ def _fields(fields: Sequence[str] | None, kind: str) -> Sequence[str] | None:
 
 
 def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
-           limit: int | None) -> dict[str, Any]:
+           limit: int | None, kept: Callable[[Job], bytes] | None = None) -> dict[str, Any]:
     """A listing's reply: the records of all `jobs`; or with `limit`, of the first `limit` of
     them that fit in PAGE_BYTES, and `next`, the id to ask for the rest after (None: none
-    left). A client that pages never meets the message size limit, however many jobs."""
+    left). A client that pages never meets the message size limit, however many jobs.
+    `kept`: each job's record packed, kept between listings (gq/head/records.py)."""
     with gcpause.paused():  # thousands of new records: see gq.gcpause
         if limit is None:
             return {"jobs": [record(j) for j in jobs]}
+        if kept is not None:
+            return _packed_page(jobs, kept, limit)
         out: list[dict[str, Any]] = []
         parts: list[bytes] = []  # each record packed, to measure it and then to send as it is
         pack = protocol.packer()
@@ -230,6 +234,25 @@ def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
             parts.append(packed)
             last = job.id
         return {"jobs": protocol.PackedItems(out, parts), "next": last if more else None}
+
+
+def _packed_page(jobs: Iterable[Job], packed: Callable[[Job], bytes], limit: int
+                 ) -> dict[str, Any]:
+    """`_paged`'s page from records packed already: the same page, the same bytes."""
+    parts: list[bytes] = []
+    size, last, more = 0, None, False
+    for job in jobs:
+        if len(parts) == limit:
+            more = True
+            break
+        data = packed(job)
+        size += len(data)
+        if parts and size > PAGE_BYTES:
+            more = True
+            break
+        parts.append(data)
+        last = job.id
+    return {"jobs": protocol.PackedItems(parts, parts), "next": last if more else None}
 
 
 _NO_STATS = {"max_rss": None, "total_cpu_s": None}
