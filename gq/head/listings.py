@@ -214,45 +214,36 @@ def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
     with gcpause.paused():  # thousands of new records: see gq.gcpause
         if limit is None:
             return {"jobs": [record(j) for j in jobs]}
-        if kept is not None:
-            return _packed_page(jobs, kept, limit)
-        out: list[dict[str, Any]] = []
-        parts: list[bytes] = []  # each record packed, to measure it and then to send as it is
+        if kept is not None:  # records packed already: each is its own item
+            return _page(jobs, lambda job: (kept(job),) * 2, limit)
         pack = protocol.packer()
-        size, last, more = 0, None, False
-        for job in jobs:
-            if len(out) == limit:
-                more = True
-                break
+
+        def fresh(job: Job) -> tuple[Any, bytes]:
             data = record(job)
-            packed = pack(data)
-            size += len(packed)
-            if out and size > PAGE_BYTES:
-                more = True
-                break
-            out.append(data)
-            parts.append(packed)
-            last = job.id
-        return {"jobs": protocol.PackedItems(out, parts), "next": last if more else None}
+            return data, pack(data)
+        return _page(jobs, fresh, limit)
 
 
-def _packed_page(jobs: Iterable[Job], packed: Callable[[Job], bytes], limit: int
-                 ) -> dict[str, Any]:
-    """`_paged`'s page from records packed already: the same page, the same bytes."""
+def _page(jobs: Iterable[Job], item: Callable[[Job], tuple[Any, bytes]], limit: int
+          ) -> dict[str, Any]:
+    """A page of `limit` jobs at most and PAGE_BYTES packed (at least one job), from `item`
+    (a job's record and its packed bytes, sent as they are), and where the next page starts."""
+    out: list[Any] = []
     parts: list[bytes] = []
     size, last, more = 0, None, False
     for job in jobs:
         if len(parts) == limit:
             more = True
             break
-        data = packed(job)
-        size += len(data)
+        data, packed = item(job)
+        size += len(packed)
         if parts and size > PAGE_BYTES:
             more = True
             break
-        parts.append(data)
+        out.append(data)
+        parts.append(packed)
         last = job.id
-    return {"jobs": protocol.PackedItems(parts, parts), "next": last if more else None}
+    return {"jobs": protocol.PackedItems(out, parts), "next": last if more else None}
 
 
 _NO_STATS = {"max_rss": None, "total_cpu_s": None}
