@@ -37,6 +37,8 @@ def runs(draw: st.DrawFn, now: float = NOW) -> list[RunningJob]:
             continue
         chosen = tuple(sorted(draw(st.sets(st.sampled_from(free), min_size=1,
                                            max_size=min(2, len(free))))))
+        if draw(st.integers(0, 9)) == 0:
+            chosen = ()  # a CPU-only job: on the node, holding none of its GPUs
         (shared if share else taken)[name].update(chosen)
         taken[name].update(chosen)
         out.append(RunningJob(
@@ -141,6 +143,22 @@ def test_index_refuses_what_a_pass_must_clamp() -> None:
     assert held.busy == {} and held.usable(NOW)
     held.add(dataclasses.replace(job, time_limit_s=3600, ending=True))
     assert not held.usable(NOW)  # being stopped: free any moment
+
+
+def test_a_cpu_only_job_comes_and_goes_beside_gpu_jobs() -> None:
+    """A job on a node with no GPU of it books nothing there: its leaving, before or after a GPU
+    job of that node, must find nothing to drop (gqd died on a KeyError here)."""
+    cpu = RunningJob(id=1, qos="normal", alloc={"n1": ()}, start_time=NOW - 10,
+                     time_limit_s=3600)
+    gpu = RunningJob(id=2, qos="normal", alloc={"n1": (0,)}, start_time=NOW - 10,
+                     time_limit_s=3600)
+    for order in ([cpu, gpu], [gpu, cpu]):
+        held = HeldIndex()
+        held.sync(order)
+        assert set(held.busy) == {"n1"} and set(held.busy["n1"]) == {0}
+        held.sync(order[1:])
+        held.sync([])
+        assert held.busy == {} and held.usable(NOW)
 
 
 def test_the_simulator_hands_its_bookings_and_decides_as_without_them() -> None:

@@ -77,6 +77,8 @@ class HeldIndex:
         interval = (job.start_time, end)
         for name, gpus in job.alloc.items():
             self._firsts.pop(name, None)
+            if not gpus:
+                continue  # a CPU-only job books no GPU (and must leave no empty node entry)
             busy = self.busy.setdefault(name, {})
             for gpu in gpus:
                 insort(busy.setdefault(gpu, []), interval)
@@ -94,6 +96,8 @@ class HeldIndex:
         interval = (job.start_time, end)
         for name, gpus in job.alloc.items():
             self._firsts.pop(name, None)
+            if not gpus:
+                continue
             _drop(self.busy, name, gpus, interval)
             if job.share_mem:
                 _drop(self.shared, name, gpus, (job.start_time, end, job.share_mem))
