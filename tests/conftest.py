@@ -155,6 +155,15 @@ def _session_leftovers(root: Path) -> list[psutil.Process]:
     return found
 
 
+def lingering(root: Path, within_s: float = 10.0) -> list[psutil.Process]:
+    """This cluster's processes still there after `within_s`: `gq down` returns once every node
+    has reported its jobs gone, which a job's shepherd does a moment before it exits itself."""
+    deadline = time.monotonic() + within_s
+    while (left := _session_leftovers(root)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 def prepare(root: Path) -> LiveCluster:
     """A cluster's directories and environment under `root`, nothing started yet: its config
     can still be changed (`LiveCluster.write_config`) before `gq up` creates one."""
@@ -178,7 +187,7 @@ def running(live: LiveCluster, nodes: int = 2, fake_gpus: str = "8",
         yield live
     finally:
         live.gq("down", timeout=90)
-        leftovers = _session_leftovers(root)
+        leftovers = lingering(root)
         for proc in leftovers:
             try:
                 os.kill(proc.pid, signal.SIGKILL)

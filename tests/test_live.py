@@ -311,7 +311,7 @@ def test_drained_node_gets_no_new_jobs_until_resumed(cluster: LiveCluster) -> No
 
 
 def test_down_cancels_running_jobs_without_starting_queued_ones(cluster: LiveCluster) -> None:
-    from tests.conftest import _session_leftovers
+    from tests.conftest import lingering
     running = [cluster.submit("-g", "8", "--wrap", "sleep 300") for _ in range(2)]
     for job_id in running:
         cluster.wait_state(job_id, "RUNNING")
@@ -319,7 +319,7 @@ def test_down_cancels_running_jobs_without_starting_queued_ones(cluster: LiveClu
     result = cluster.gq("down", check=True)
     assert "cancelled 2 running" in result.stderr
     assert cluster.head_pid() is None
-    assert not _session_leftovers(cluster.root), "gq down left processes behind"
+    assert not lingering(cluster.root), "gq down left processes behind"
     assert not (cluster.work / "started.marker").exists(), "a queued job started during down"
     cluster.gq("up", check=True)
     assert cluster.wait_state(queued, "COMPLETED")["restart_count"] == 0
@@ -330,13 +330,15 @@ def test_down_cancels_running_jobs_without_starting_queued_ones(cluster: LiveClu
 def test_down_waits_for_a_job_cancelled_just_before(cluster: LiveCluster) -> None:
     """A cancelled job is CANCELLED at once but lives until its node has reaped it: `gq down`
     right after the cancel must still wait for it (its processes outlived the cluster)."""
-    from tests.conftest import _session_leftovers
-    slow = cluster.submit("--wrap", "trap 'sleep 3; exit 0' TERM; sleep 300 & wait")
+    from tests.conftest import lingering
+    # Its TERM trap outlasts the 3 s `lingering` allows a shepherd to exit in, not the node's
+    # kill grace (10 s): only a `down` that waited for it finds nothing left.
+    slow = cluster.submit("--wrap", "trap 'sleep 8; exit 0' TERM; sleep 300 & wait")
     cluster.wait_state(slow, "RUNNING")
     cluster.gq("cancel", str(slow), check=True)
     assert cluster.show(slow)["state"] == "CANCELLED"
     cluster.gq("down", check=True)
-    assert not _session_leftovers(cluster.root), "gq down left a cancelled job's processes"
+    assert not lingering(cluster.root, within_s=3.0), "gq down left a cancelled job's processes"
     cluster.gq("up", check=True)
 
 
