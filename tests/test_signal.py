@@ -236,3 +236,23 @@ def test_signal_is_sent_its_lead_time_before_the_limit(tmp_path: Path) -> None:
     assert status["state"] == "TIMEOUT"  # the limit's SIGTERM, which the script does not trap
     lead = float((run_dir / "got").read_text()) - float((run_dir / "started").read_text())
     assert 1.0 <= lead < 4.0, f"USR1 came {lead:.1f}s after the start, not about 2s"
+
+
+def test_a_shepherd_is_forked_with_its_signals_blocked_from_its_first_instruction() -> None:
+    """A stop sent the instant after the fork waits, pending, for the shepherd's own handling:
+    before, it ran gqnode's handler copied into the child, and a job cancelled as it was
+    launched ran on (CI)."""
+    from gq.node.shepherd import fork_blocked
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    stops = {signal.SIGTERM, signal.SIGUSR1}
+    pid = fork_blocked(stops)
+    if pid == 0:  # the child: both signals must be pending, not handled or fatal
+        deadline = time.monotonic() + 10
+        while not stops <= signal.sigpending() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os._exit(0 if stops <= signal.sigpending() else 3)
+    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, signal.SIGUSR1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before  # the parent's mask is back

@@ -76,7 +76,7 @@ _PRCTL = _libc_prctl()
 
 def spawn(run_dir: Path) -> int:
     """Fork a shepherd for the run in `run_dir`; returns its pid (in gqnode)."""
-    pid = os.fork()
+    pid = fork_blocked(_WATCHED)
     if pid:
         return pid
     # gqnode's objects are shared copy-on-write with it: a full collection walking them would
@@ -91,6 +91,23 @@ def spawn(run_dir: Path) -> int:
         traceback.print_exc()
     finally:
         os._exit(code)  # never return into gqnode's code in the child
+
+
+def fork_blocked(signals: set[signal.Signals]) -> int:
+    """os.fork() with `signals` blocked in the child from its first instruction (the parent's
+    mask is restored at once). A stop gqnode sends the moment after the fork then waits,
+    pending, for the child's own handling: unblocked, it ran gqnode's handler copied into the
+    child (and was lost: a job cancelled as it was launched ran on) or, after _detach, killed
+    the child outright."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        pid = os.fork()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        raise
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return pid
 
 
 def _detach(run_dir: Path) -> None:

@@ -40,7 +40,7 @@ NODE_KEYS = ("GQ_NODE_RANK", "GQ_GPUS", "GQ_ENDPOINT", "SLURM_JOB_GPUS", "SLURM_
 
 def spawn(step_dir: Path, run_dir: Path) -> int:
     """Fork a step shepherd for the order in `step_dir` of the run in `run_dir` (in gqnode)."""
-    pid = os.fork()
+    pid = shepherd.fork_blocked(_WATCHED)
     if pid:
         return pid
     gc.freeze()  # as the run's shepherd: no collection copies gqnode's memory
