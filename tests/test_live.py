@@ -281,9 +281,8 @@ def _tcp_read_only(cluster: LiveCluster) -> None:
     from gq.errors import PermissionDenied
     cfg = cluster.config()
     cfg.client.endpoints = [ep for ep in cfg.head.client_endpoints if ep.startswith("tcp://")]
-    # Over ipc: the kernel vouches for us. Cancelled below only once its script runs: a
-    # cancel while its shepherd is still starting it can leave the job running (a race seen
-    # in CI only, under investigation: see the session's closing note).
+    # Over ipc: the kernel vouches for us. Cancelled below once its script runs (a cancel the
+    # instant its shepherd was forked once left it running: test_signal's fork test).
     job_id = cluster.submit("--wrap", "touch tcp-started; sleep 300")
     with Client(cfg) as tcp:
         assert tcp.ping()["proven"] is False
