@@ -189,7 +189,9 @@ class SchedulerConfig:
     big_reserve_depth: int = 4
     #: Model affinity: a cold start of a --cache-key job that has waited less than this (s)
     #: gives its GPUs to a queued job whose key is warm there; 0: never (docs/SCHEDULING.md).
-    warm_swap_s: int = 0
+    warm_swap_s: int = 300
+    #: Model affinity: how long a --cache-key job without --cold-wait waits for a warm GPU (s).
+    cold_wait_s: int = 15
     #: A job that started less than this long ago is not preempted, in seconds (nor one that
     #: has run less than a quarter of its limit); the default of QOS that set none.
     preempt_exempt_s: int = 600
@@ -306,6 +308,7 @@ class Config:
                       reserve_depth=sc.reserve_depth,
                       reserve_age_s=sc.reserve_age_s,
                       big_reserve_depth=sc.big_reserve_depth, warm_swap_s=sc.warm_swap_s,
+                      cold_wait_s=sc.cold_wait_s,
                       preempts={n: tuple(q.preempts) for n, q in self.qos.items() if q.preempts},
                       preempt_exempt_s=sc.preempt_exempt_s,
                       qos_exempt_s={n: q.preempt_exempt_s for n, q in self.qos.items()},

@@ -89,6 +89,14 @@ def _absolute(path: str) -> str:
     return path
 
 
+def parse_cold_wait(text: str) -> int | None:
+    """--cold-wait: a duration, or 0 (no wait: a keyed job otherwise waits the default,
+    [scheduler] cold_wait_s); empty: unset."""
+    if not text:
+        return None
+    return 0 if text.strip().lower() in ("0", "0s") else parse_duration(text)
+
+
 def _signal(text: str) -> str:
     """The canonical form (`B:USR1@60`): the shepherd and the preemption code read no other."""
     return signal_text(*signal_parts(text))
@@ -336,8 +344,8 @@ OPTIONS: tuple[Option, ...] = (
            "it goes to a GPU where KEY is warm when that delays no one", metavar="KEY",
            field="cache_key", convert=lambda text: text or None),
     Option(("--cold-wait",), "cold_wait", str, None, "wait up to DURATION for a GPU where "
-           "the job's --cache-key is warm before taking a cold one", metavar="DURATION",
-           field="cold_wait_s", convert=lambda text: parse_duration(text) if text else None),
+           "the job's --cache-key is warm before taking a cold one (default [scheduler] "
+           "cold_wait_s; 0: none)", metavar="DURATION", field="cold_wait_s", convert=parse_cold_wait),
     Option(("-W", "--wait"), "wait", bool, False,
            "block until the job ends; exit with its exit code"),
     Option(("--test-only",), "test_only", bool, False,

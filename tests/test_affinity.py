@@ -87,16 +87,19 @@ def test_warm_preference_never_takes_a_reserved_gpu() -> None:
 
 
 SWAP = dataclasses.replace(POLICY, warm_swap_s=300)
+NO_SWAP = dataclasses.replace(POLICY, warm_swap_s=0)
 
 
 def test_a_young_cold_start_yields_its_gpu_to_a_queued_job_warm_there() -> None:
     # One GPU free (3), warm for B; the oldest job (key A) would take it cold.
     n = node("n1", used=(0, 1, 2), warm={3: frozenset({"B"})})
     jobs = [job(1, cache_key="A"), job(2, cache_key="B")]
-    plain = plan(Snapshot(nodes=(n,), pending=tuple(jobs)), NOW, POLICY)
+    plain = plan(Snapshot(nodes=(n,), pending=tuple(jobs)), NOW, NO_SWAP)
     assert [s.job_id for s in plain.starts] == [1]
-    swapped = plan(Snapshot(nodes=(n,), pending=tuple(jobs)), NOW, SWAP)
-    assert [(s.job_id, s.alloc) for s in swapped.starts] == [(2, {"n1": (3,)})]
+    # On by default (300 s).
+    for policy in (SWAP, POLICY):
+        swapped = plan(Snapshot(nodes=(n,), pending=tuple(jobs)), NOW, policy)
+        assert [(s.job_id, s.alloc) for s in swapped.starts] == [(2, {"n1": (3,)})]
     assert 2 not in swapped.reasons and swapped.reasons[1]
     # Not once the cold job has waited warm_swap_s, nor for a job asking for more (a longer
     # limit than the slot it would take), nor for one of another key.

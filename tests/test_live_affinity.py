@@ -64,7 +64,8 @@ def _reason(live: LiveCluster, job: int, want: str) -> dict[str, Any]:
 def test_jobs_go_back_to_the_gpu_where_their_key_is_warm(live: LiveCluster) -> None:
     holder = live.submit("--wrap", "sleep 300")  # GPU 0, no key
     assert live.wait_state(holder, "RUNNING")["gpu_ids"] == {NODE: [0]}
-    a1, out = _run(live, "A")
+    # (--cold-wait 0: a keyed job otherwise waits [scheduler] cold_wait_s for a warm GPU.)
+    a1, out = _run(live, "A", "--cold-wait", "0")
     assert _ended(live, a1, out) == ([1], "warm=0")  # the first of its key: cold
     _warm_on(live, 1, "A")
     live.gq("cancel", str(holder), check=True)
@@ -72,7 +73,7 @@ def test_jobs_go_back_to_the_gpu_where_their_key_is_warm(live: LiveCluster) -> N
     # GPU 0 is free and lowest, but A is warm on GPU 1.
     a2, out = _run(live, "A")
     assert _ended(live, a2, out) == ([1], "warm=1")
-    b1, out = _run(live, "B")  # B is warm nowhere: the plain rule, GPU 0
+    b1, out = _run(live, "B", "--cold-wait", "0")  # B is warm nowhere: the plain rule, GPU 0
     assert _ended(live, b1, out) == ([0], "warm=0")
     _warm_on(live, 0, "B")
     # Both GPUs free now: each key's job goes to its own warm GPU.
@@ -91,16 +92,19 @@ def test_jobs_go_back_to_the_gpu_where_their_key_is_warm(live: LiveCluster) -> N
 
 def test_cold_wait_waits_for_the_warm_gpu_or_goes_cold_when_it_runs_out(
         live: LiveCluster) -> None:
-    a1, out = _run(live, "A")
+    a1, out = _run(live, "A", "--cold-wait", "0")
     assert _ended(live, a1, out) == ([0], "warm=0")
     _warm_on(live, 0, "A")
     busy, _ = _run(live, "A", script="sleep 300")  # holds the warm GPU
     assert live.wait_state(busy, "RUNNING")["gpu_ids"] == {NODE: [0]}
     patient, out_patient = _run(live, "A", "--cold-wait", "10m", script="sleep 1")
     hasty, out_hasty = _run(live, "A", "--cold-wait", "6s", script="sleep 300")
-    # Three cold GPUs are free, yet both wait for GPU 0.
+    # No --cold-wait: the default, [scheduler] cold_wait_s (15 s).
+    default, out_default = _run(live, "B", script="sleep 300")
+    # Three cold GPUs are free, yet all three wait (B is warm nowhere, and waits all the same).
     assert _reason(live, patient, WAITING_WARM)["state"] == "PENDING"
     assert _reason(live, hasty, WAITING_WARM)["state"] == "PENDING"
+    assert _reason(live, default, WAITING_WARM)["state"] == "PENDING"
     assert live.show(patient)["cold_wait_s"] == 600
     shown = live.gq("show", str(patient), check=True).stdout
     assert "ColdWait=00:10:00" in shown and f"Reason={WAITING_WARM}" in shown, shown
@@ -109,9 +113,13 @@ def test_cold_wait_waits_for_the_warm_gpu_or_goes_cold_when_it_runs_out(
     assert shown["gpu_ids"] == {NODE: [1]}
     wait_for(lambda: out_hasty.exists() and out_hasty.read_text().strip() == "warm=0",
              "the cold job's GQ_CACHE_WARM=0")
-    # The long one still waits, though GPUs 2 and 3 are free; once GPU 0 is, it goes warm.
+    # So does the default's, later: the next cold GPU.
+    assert live.wait_state(default, "RUNNING")["gpu_ids"] == {NODE: [2]}
+    wait_for(lambda: out_default.exists() and out_default.read_text().strip() == "warm=0",
+             "the default-wait job's GQ_CACHE_WARM=0")
+    # The long one still waits, though GPU 3 is free; once GPU 0 is, it goes warm.
     assert live.show(patient)["state"] == "PENDING"
     assert live.show(patient)["reason"] == WAITING_WARM
     live.gq("cancel", str(busy), check=True)
     assert _ended(live, patient, out_patient) == ([0], "warm=1")
-    live.gq("cancel", str(hasty), check=True)
+    live.gq("cancel", str(hasty), str(default), check=True)

@@ -42,7 +42,7 @@ def sim(
     synthetic: Optional[str] = typer.Option(None, "--synthetic", metavar="inference", help="replay a generated workload instead of a trace: inference (8 models, 5 s-2 min 1-GPU jobs)"),
     load: float = typer.Option(0.5, "--load", help="--synthetic: the share of the GPUs its work fills, cold starts aside"),
     cold_start: list[str] = typer.Option([], "--cold-start", metavar="[KEY=]DURATION", help="a cold start's cost, added to the job's run (KEY=: that key's); counts cold starts (default 30s with --synthetic)"),
-    cold_wait: Optional[str] = typer.Option(None, "--cold-wait", metavar="DURATION", help="--synthetic: every job waits this long for a warm GPU (as --cold-wait of gq submit)"),
+    cold_wait: Optional[str] = typer.Option(None, "--cold-wait", metavar="DURATION", help="--synthetic: every job waits this long for a warm GPU (as --cold-wait of gq submit; default [scheduler] cold_wait_s)"),
     cache_keys_per_gpu: int = typer.Option(1, "--cache-keys-per-gpu", help="keys a GPU keeps warm in the cold-start model"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
 ) -> int:
@@ -66,6 +66,7 @@ def sim(
     if nodes < 1 or gpus_per_node < 1:
         raise UsageError("--nodes and --gpus-per-node must be at least 1")
     names = replay.parse_policies(policy)
+    from gq.spec import parse_cold_wait
     from gq.units import parse_duration
     opts = trace_mod.TraceOptions(vc=vc, limits=limits, seed=seed, gpus_per_node=gpus_per_node,
                                   qos_mix=trace_mod.parse_qos_mix(qos_mix),
@@ -80,8 +81,9 @@ def sim(
             raise UsageError(f"--load must be a fraction over 0, at most 1, not {load}")
         trace = f"synthetic {synthetic}, load {load:g}, seed {seed}"
         opts = dataclasses.replace(opts, limits="trace")  # its own: 2 x runtime + cold start
-        jobs = affinity.synthetic(synthetic, seed, nodes * gpus_per_node, cold_s,
-                                  parse_duration(cold_wait) if cold_wait else 0.0, load)
+        # No --cold-wait: the policy's default for each keyed job ([scheduler] cold_wait_s).
+        wait = None if cold_wait is None else float(parse_cold_wait(cold_wait) or 0)
+        jobs = affinity.synthetic(synthetic, seed, nodes * gpus_per_node, cold_s, wait, load)
     elif trace is None:
         raise UsageError("give a trace CSV, or --synthetic")
     else:

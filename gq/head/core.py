@@ -127,6 +127,7 @@ class Head:
         self.power.configure(cfg)
         self.partitions = Partitions(cfg)
         self.table.views.allowed = lambda spec: self.partitions.allowed(spec, self.registry.nodes)
+        self.table.views.policy = self.policy
         self.table.views.reset()
         self.registry.reshaped = self._reshaped
         self.table.mailer.configure(cfg.head.mail_program)

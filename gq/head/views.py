@@ -17,7 +17,7 @@ from gq import defaults
 from gq.head.index import JobIndex
 from gq.head.reasons import STOPPING
 from gq.model import Gpu, Job, JobSpec, JobState, Node, NodeState
-from gq.sched import NodeView, PendingJob, RunningJob
+from gq.sched import NodeView, PendingJob, Policy, RunningJob, affinity
 
 
 #: A node and the GPUs jobs hold there -> (GPU index -> VRAM free of processes not gq's, the
@@ -45,6 +45,9 @@ class Views:
         #: Job id -> when a pass first saw it eligible (its --cold-wait runs from then; a gqd
         #: restart starts it again).
         self.eligible_since: dict[int, float] = {}
+        #: The scheduler's knobs, for the default --cold-wait of a job with a cache key (set
+        #: by the head on each config; views are made again then).
+        self.policy = Policy()
 
     def reset(self) -> None:
         """Where jobs may run changed (a node came, or its features did): pending views anew."""
@@ -63,10 +66,11 @@ class Views:
         for job in jobs:
             kept = views.get(job.id)
             if kept is None or kept[0] is not job.spec:
-                since = self.eligible_since.setdefault(job.id, now) \
-                    if job.spec.cold_wait_s and job.spec.cache_key else 0.0
+                wait = affinity.cold_wait_s(job.spec.cache_key, job.spec.cold_wait_s,
+                                            self.policy)
+                since = self.eligible_since.setdefault(job.id, now) if wait else 0.0
                 kept = views[job.id] = (job.spec, pending_view(job, self.allowed(job.spec),
-                                                               since))
+                                                               since, wait))
             out.append(kept[1])
         return tuple(out)
 
@@ -118,14 +122,14 @@ class Views:
 
 
 def pending_view(job: Job, allowed: frozenset[str] | None = None,
-                 eligible_since: float = 0.0) -> PendingJob:
+                 eligible_since: float = 0.0, cold_wait_s: float = 0.0) -> PendingJob:
     s = job.spec
     return PendingJob(id=job.id, qos=s.qos or defaults.DEFAULT_QOS, submit_time=job.submit_time,
                       nodes=s.nodes, gpus=s.gpus, gpu_type=s.gpu_type, gpu_mem=s.gpu_mem,
                       cpus=s.cpus, mem=s.mem, time_limit_s=s.time_limit_s or 0, user=s.user,
                       share=s.share, nice=-s.nice, allowed=allowed, cache_key=s.cache_key,
-                      cold_wait_until=eligible_since + (s.cold_wait_s or 0)
-                      if eligible_since and s.cache_key else 0.0)
+                      cold_wait_until=eligible_since + cold_wait_s
+                      if eligible_since and cold_wait_s else 0.0)
 
 
 def running_view(job: Job, ending: bool) -> RunningJob:

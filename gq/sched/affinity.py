@@ -13,10 +13,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from gq.sched.types import NodeView, PendingJob, Plan, Start
+from gq.sched.types import NodeView, PendingJob, Plan, Policy, Start
 
 #: `reason` of a job that waits for a GPU where its --cache-key is warm (its --cold-wait).
 WAITING_WARM = "WaitingForWarmGPU"
+
+
+def cold_wait_s(key: str | None, own: float | None, policy: Policy) -> float:
+    """How long a job waits for a warm GPU: its own --cold-wait if it gave one (0 too), else,
+    with a key, the policy's default (`[scheduler] cold_wait_s`); none without a key."""
+    if key is None:
+        return 0.0
+    return float(policy.cold_wait_s if own is None else own)
 
 
 def warm_only(job: PendingJob, now: float) -> bool:

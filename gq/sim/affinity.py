@@ -78,7 +78,7 @@ def cold_starts(jobs: Iterable[TraceJob], default_s: float, per_key: dict[str, f
 
 def blind(jobs: Iterable[TraceJob]) -> list[TraceJob]:
     """The jobs as a scheduler without affinity sees them: no keys, no cold waits."""
-    return [replace(j, cache_key=None, cold_wait_s=0.0) for j in jobs]
+    return [replace(j, cache_key=None, cold_wait_s=None) for j in jobs]
 
 
 def parse_cold_start(values: Iterable[str]) -> tuple[float, dict[str, float]]:
@@ -99,13 +99,13 @@ def parse_cold_start(values: Iterable[str]) -> tuple[float, dict[str, float]]:
 
 
 def inference(seed: int = 0, jobs: int = 3000, models: int = 8, gpus: int = 32,
-              load: float = 0.7, cold_start_s: float = 30.0, cold_wait_s: float = 0.0,
+              load: float = 0.7, cold_start_s: float = 30.0, cold_wait_s: float | None = None,
               skew: float = 1.0) -> list[TraceJob]:
     """A synthetic inference workload: `jobs` 1-GPU requests for `models` models (popularity
     by Zipf's law with exponent `skew`), runtimes log-uniform from 5 s to 2 min, Poisson
     arrivals sized so that the work, cold starts aside, fills `load` of `gpus` GPUs; each job's
     limit is twice its runtime plus a cold start (users overestimate), and it may wait
-    `cold_wait_s` for a warm GPU."""
+    `cold_wait_s` for a warm GPU (None: the policy's default)."""
     from gq.sim.trace import TraceJob
     rng = random.Random(seed)
     weights = [1.0 / (i + 1) ** skew for i in range(models)]
@@ -124,7 +124,7 @@ def inference(seed: int = 0, jobs: int = 3000, models: int = 8, gpus: int = 32,
     return out
 
 
-def synthetic(name: str, seed: int, gpus: int, cold_start_s: float, cold_wait_s: float,
+def synthetic(name: str, seed: int, gpus: int, cold_start_s: float, cold_wait_s: float | None,
               load: float = 0.5) -> list[TraceJob]:
     if name not in SYNTHETIC:
         raise UsageError(f"unknown --synthetic {name!r}: expected one of {', '.join(SYNTHETIC)}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from gq.model import FAKE_GPU_MEMORY, Gpu
+from gq.sched import affinity
 from gq.sched.affinity import WAITING_WARM
 from gq.sched.queue import QueueIndex
 from gq.sim.affinity import ColdStarts
@@ -183,11 +184,12 @@ class _Run:
     epoch: int
 
 
-def pending_view(job: TraceJob) -> PendingJob:
+def pending_view(job: TraceJob, policy: Policy | None = None) -> PendingJob:
+    wait = affinity.cold_wait_s(job.cache_key, job.cold_wait_s, policy or Policy())
     return PendingJob(id=job.id, qos=job.qos, submit_time=job.submit_time, nodes=job.nodes,
                       gpus=job.gpus, time_limit_s=job.time_limit_s, user=job.user,
-                      cache_key=job.cache_key, cold_wait_until=job.submit_time + job.cold_wait_s
-                      if job.cold_wait_s and job.cache_key is not None else 0.0)
+                      cache_key=job.cache_key,
+                      cold_wait_until=job.submit_time + wait if wait else 0.0)
 
 
 class Usage:
@@ -281,7 +283,8 @@ class Simulator:
         self.preemptible = {v for victims in self.policy.preempts.values() for v in victims}
         self.checkpointing = any(j.checkpoint_s for j in fits)
         #: Some job may wait for a warm GPU (--cold-wait): plan again when such a wait ends.
-        self.cold_waits = any(j.cold_wait_s and j.cache_key is not None for j in fits)
+        self.cold_waits = any(affinity.cold_wait_s(j.cache_key, j.cold_wait_s, self.policy)
+                              for j in fits)
         # A job on a pool node of another QOS may be preempted by the owner, whatever its QOS.
         self.anyone_preemptible = bool(self.policy.pools)
 
@@ -520,7 +523,7 @@ class Simulator:
 
     def _enqueue(self, job: TraceJob) -> None:
         self.pending_views.changing()
-        view = self.pending[job.id] = pending_view(job)
+        view = self.pending[job.id] = pending_view(job, self.policy)
         for watcher in self.watchers:
             watcher.add(view)
         self.shapes[(job.nodes, job.gpus)] += 1

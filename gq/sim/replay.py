@@ -29,8 +29,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Aged jobs all in their order, each reserving, before smallest-first backfill.
     "gq-agedfcfs": {"aged_in_order": True},
     # gq's mechanics in first-come order: should be EASY (docs/SCHEDULING.md).
-    # Model affinity: a young cold start yields its GPU to a queued job warm there.
-    "gq-warmswap": {"warm_swap_s": 300},
+    # Model affinity by placement alone (the default before job choice and a default cold
+    # wait): warm GPUs first among the free ones, no job choice, no wait.
+    "gq-placeonly": {"warm_swap_s": 0, "cold_wait_s": 0},
+    # Each half of today's default alone.
+    "gq-noswap": {"warm_swap_s": 0},
+    "gq-nocoldwait": {"cold_wait_s": 0},
     "gq-fcfs": {"reserve_age_s": 10 ** 9, "weight_ratio": 0, "weight_fairshare": 0,
                 "max_age_s": 10 ** 9, "weight_age": 10 ** 9, "backfill_smallest_first": False,
                 "big_reserve_depth": 0},

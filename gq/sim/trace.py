@@ -41,9 +41,9 @@ class TraceJob:
     #: only the work since its last checkpoint and its next run resumes from there.
     checkpoint_s: float = 0.0
     #: What it loads (model affinity, gq/sim/affinity.py), and how long it may wait for a GPU
-    #: where that is warm (from its submission).
+    #: where that is warm (from its submission; None: the policy's default for a job with a key).
     cache_key: str | None = None
-    cold_wait_s: float = 0.0
+    cold_wait_s: float | None = None
 
     @property
     def total_gpus(self) -> int:
