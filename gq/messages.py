@@ -118,6 +118,8 @@ class RunSpec:
     open_mode: str | None = None
     #: `--cache-key`: gqnode remembers it on the run's GPUs and sets GQ_CACHE_WARM.
     cache_key: str | None = None
+    #: `--gpu-mem` (bytes per GPU): the room its key takes in each GPU's warm-key LRU.
+    gpu_mem: int | None = None
 
     @classmethod
     def of(cls, spec: Any) -> RunSpec:

@@ -83,6 +83,8 @@ class NodeDaemon:
         self.gpus = gpus.discover()
         #: The cache keys warm on each GPU (model affinity), sent with each heartbeat.
         self.cache = cache or WarmCache(defaults.CACHE_KEYS_PER_GPU)
+        # Its LRUs are sized by each GPU's memory (the jobs' --gpu-mem against it).
+        self.cache.vram = {g.index: g.memory for g in self.gpus}
         self.cpus, self.mem = cpus, mem
         self.heartbeat_s = heartbeat_s
         #: [node] head_lease_s: without a word from gqd for that long, the jobs here stop.
@@ -286,7 +288,7 @@ class NodeDaemon:
         # and the relay the job's gq commands go through (shepherd: GQ_ENDPOINT).
         write_order(tmp / shepherd.LAUNCH_FILE, RunOrder(
             msg, self.isolation.plan(msg), self.relay.endpoint if self.relay else "",
-            cache_warm=self.cache.launch(msg.gpus, msg.spec.cache_key)))
+            cache_warm=self.cache.launch(msg.gpus, msg.spec.cache_key, msg.spec.gpu_mem)))
         os.rename(tmp, run_dir)  # the run exists (for adoption) only once its order is whole
         pid = shepherd.spawn(run_dir)
         started = _proc_start(pid)
