@@ -416,3 +416,13 @@ def test_the_stores_spec_columns_agree_with_the_fields() -> None:
                              "FROM jobs WHERE id = ?", (job.id,)).fetchone()
     assert list(row[:-1]) == [ODD_VALUES[f.name] for f in spec_columns]
     assert list(msgpack.unpackb(row[-1], raw=False)) == [f.name for f in FIELDS]
+
+
+def test_cold_wait_0_opts_a_keyed_job_out_of_the_default_wait() -> None:
+    # 0 is a wait of none (not a bad duration), told apart from no --cold-wait at all (None:
+    # the job then waits [scheduler] cold_wait_s).
+    assert _cli_spec(["--cache-key", "m1", "--cold-wait", "0"])["cold_wait_s"] == 0
+    assert _cli_spec(["--cache-key", "m1", "--cold-wait", "0s"])["cold_wait_s"] == 0
+    assert _cli_spec(["--cache-key", "m1"]).get("cold_wait_s") is None
+    assert _cli_spec(["--cache-key", "m1"], "#!/bin/sh\n#GQ --cold-wait 0\ntrue\n")[
+        "cold_wait_s"] == 0
