@@ -295,6 +295,15 @@ class Head:
         with gcpause.paused():
             self._pass(now)
 
+    def reset_pass_caches(self) -> None:
+        """After a pass that raised (gq/head/passguard.py): what passes keep from one to the
+        next is made again from the jobs and nodes, as a half-done sync may have left it
+        inconsistent with them."""
+        self.queue_index = QueueIndex(self.policy)
+        self.held_index = HeldIndex()
+        self.table.views.clear()
+        self.table.touch()
+
     def _pass(self, now: float) -> None:
         table = self.table
         table.dirty = False
