@@ -343,7 +343,7 @@ class Head:
         for preempt in result.preemptions:
             self.outbox.extend(table.preempt(table.jobs[preempt.victim], preempt.for_job))
         # Every job that did not start gets the pass's reason for it, written out.
-        table.set_reasons(reasons.planned(eligible, pending, result, nodes))
+        table.set_reasons(self.power.explain(reasons.planned(eligible, pending, result, nodes)))
         # A pending job's priority is worked out when shown (JobTable.shown); a running one
         # shows the priority it started with.
         rank = priority_of(now, self.policy, usage)
