@@ -104,3 +104,12 @@ def test_gq_sim_autoscale_reports_delay_against_node_hours() -> None:
         < always["node_hours"]
     assert quick["wait"]["p99"] > always["wait"]["p99"]
     assert doc["jobs"] > 3000 and all(r["unfinished"] == 0 for r in doc["runs"])
+
+
+def test_gq_sim_autoscale_refuses_what_it_does_not_replay() -> None:
+    for args, words in ((["--synthetic", "inference", "-n", "2", "--policy", "easy"],
+                         "gq's policy only"),
+                        (["x.csv", "--nodes-csv", "y.csv"], "not an inventory")):
+        proc = subprocess.run([sys.executable, "-m", "gq.cli.main", "sim", *args, "--autoscale"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr

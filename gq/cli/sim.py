@@ -64,6 +64,9 @@ def sim(
             raise UsageError("--nodes is required (or --nodes-csv for a node inventory)")
         nodes_csv = str(found)
     if nodes_csv:
+        if autoscale or spike != 1.0:
+            raise UsageError("--autoscale and --spike replay identical nodes (--nodes), not an "
+                             "inventory")
         if trace is None:
             raise UsageError("a node inventory replays a trace: name the trace CSV")
         from gq.cli.siminventory import sim_inventory
@@ -104,6 +107,8 @@ def sim(
     cfg = config.load(config_file) if config_file else None
     cold = (cold_s, per_key, cache_keys_per_gpu) if cold_start or synthetic else None
     if autoscale:
+        if names != ["gq"] or schedule_out:
+            raise UsageError("--autoscale replays gq's policy only, without --schedule-out")
         from gq.cli.simautoscale import parse_durations, sim_autoscale
         from gq.sim.autoscale import PowerModel
         if resume_rate < 0 or not 0 <= always_on <= nodes:
