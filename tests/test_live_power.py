@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -91,7 +92,6 @@ def _cloud(live: LiveCluster, shapes: dict[str, list[str]], power: str) -> Path:
 def _power_off(cloud: Path) -> None:
     """The fake cloud stops what it still runs (a failed test's nodes): as its suspend program
     does, before the cluster's teardown looks for leftovers."""
-    import subprocess
     names = [p.stem for p in cloud.glob("*.pid")]
     if names:
         subprocess.run([sys.executable, str(cloud / "suspend.py"), ",".join(names)], timeout=60,
@@ -179,6 +179,15 @@ def test_a_node_that_never_joins_is_down_after_resume_timeout(tmp_path: Path) ->
                                and value(s, "gq_nodes", state="POWERED_DOWN") == 2,
                                "the pending A100 demand, big1 powering up")
         assert value(samples, "gq_nodes", state="DOWN") == 0
+        # The job says what it waits for: in gq show, gq queue and squeue alike.
+        wait_for(lambda: live.show(job)["reason"] == "PoweringUp (big1)",
+                 "the job's reason to name the node powering up for it")
+        assert "PoweringUp (big1)" in live.gq("queue", check=True).stdout
+        from gq.slurm import shims
+        squeue = shims.ensure(tmp_path / "slurm-bin") / "squeue"
+        out = subprocess.run([str(squeue), "-h", "-j", str(job), "-o", "%T %r"], env=live.env,
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        assert out.split(None, 1) == ["PENDING", "PoweringUp (big1)\n"], out
         down = wait_for(lambda: (n := _states(live)["big1"])["state"] == "DOWN" and n,
                         "big1 to be DOWN after its resume timed out")
         assert down["reason"] == "resume timed out after 8s"
@@ -186,6 +195,8 @@ def test_a_node_that_never_joins_is_down_after_resume_timeout(tmp_path: Path) ->
         assert live.show(job)["state"] == "PENDING"
         wait_for(lambda: [n for c in _calls(cloud, "resumed.log") for n in c] == ["big1", "big2"],
                  "big2 to be resumed for the job")
+        wait_for(lambda: live.show(job)["reason"] == "PoweringUp (big2)",
+                 "the job's reason to name big2 now")
         assert _states(live)["small1"]["state"] == "POWERED_DOWN"  # its L4s fit no A100 job
         # gqd restarts: the power states are in the store.
         os.kill(live.head_pid(), signal.SIGTERM)

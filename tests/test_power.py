@@ -126,13 +126,15 @@ def test_resume_rate_timeout_and_a_restart(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "gq.db"))
     head = _cloud_head(store, resume_rate=1)
     assert _states(head) == dict.fromkeys(("c1", "c2", "c3"), "POWERED_DOWN")
-    for _ in range(3):
-        _submit(head, T0, gpus=1, gpu_type="a100")
+    ids = [_submit(head, T0, gpus=1, gpu_type="a100") for _ in range(3)]
     for now in (T0, T0 + 1, T0 + 2):
         _turn(head, now)
     assert _states(head) == {"c1": "POWERING_UP", "c2": "POWERED_DOWN", "c3": "POWERED_DOWN"}
+    # The job laid on c1 says so, past the passes since (the rate holds back the others').
+    assert [head.jobs[i].reason for i in ids] == ["PoweringUp (c1)", "Priority", "Priority"]
     _turn(head, T0 + 32)  # c1 (resumed at T0 + 1) timed out; the rate (one a minute) holds c2
     assert head.nodes["c1"].state == NodeState.DOWN
+    assert head.jobs[ids[0]].reason == "Resources"  # no node comes for it now
     assert head.nodes["c1"].reason == "resume timed out after 30s"
     assert head.nodes["c2"].state == NodeState.POWERED_DOWN
     _turn(head, T0 + 61)

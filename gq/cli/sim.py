@@ -44,6 +44,13 @@ def sim(
     cold_start: list[str] = typer.Option([], "--cold-start", metavar="[KEY=]DURATION", help="a cold start's cost, added to the job's run (KEY=: that key's); counts cold starts (default 30s with --synthetic)"),
     cold_wait: Optional[str] = typer.Option(None, "--cold-wait", metavar="DURATION", help="--synthetic: every job waits this long for a warm GPU (as --cold-wait of gq submit; default [scheduler] cold_wait_s)"),
     cache_keys_per_gpu: int = typer.Option(1, "--cache-keys-per-gpu", help="keys a GPU keeps warm in the cold-start model"),
+    spike: float = typer.Option(1.0, "--spike", metavar="FACTOR", help="FACTOR times the arrivals in a window (--spike-window): each job there gets FACTOR-1 copies"),
+    spike_window: Optional[str] = typer.Option(None, "--spike-window", metavar="START,LENGTH", help="--spike's window, durations from the first submit (default: from 40%% of the span, a tenth of it)"),
+    autoscale: bool = typer.Option(False, "--autoscale", help="power saving: the nodes start powered down and are resumed and suspended as gqd's [power] does; compares queue delay and node-hours with always-on"),
+    boot_time: str = typer.Option("120s", "--boot-time", metavar="DURATION", help="--autoscale: from a resume until the node takes jobs"),
+    suspend_time: list[str] = typer.Option(["60s,10m"], "--suspend-time", metavar="DURATION[,...]", help="--autoscale: idle time before a node is suspended; one replay each"),
+    resume_rate: int = typer.Option(0, "--resume-rate", help="--autoscale: nodes resumed a minute at most (0: no limit)"),
+    always_on: int = typer.Option(0, "--always-on", metavar="N", help="--autoscale: nodes never powered down"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document"),
 ) -> int:
     """Replay a trace on a simulated clock and report waits, slowdown, utilization and fairness."""
@@ -57,6 +64,9 @@ def sim(
             raise UsageError("--nodes is required (or --nodes-csv for a node inventory)")
         nodes_csv = str(found)
     if nodes_csv:
+        if autoscale or spike != 1.0:
+            raise UsageError("--autoscale and --spike replay identical nodes (--nodes), not an "
+                             "inventory")
         if trace is None:
             raise UsageError("a node inventory replays a trace: name the trace CSV")
         from gq.cli.siminventory import sim_inventory
@@ -91,10 +101,24 @@ def sim(
             jobs = trace_mod.load(trace, opts)
         except OSError as exc:
             raise UsageError(f"cannot read trace {trace}: {exc.strerror or exc}") from None
+    if spike != 1.0:
+        jobs = _spiked(jobs, spike, spike_window, seed)
+        trace = f"{trace}, arrivals x{spike:g} in a window"
     cluster = Cluster(nodes=nodes, gpus_per_node=gpus_per_node)
     from gq import config
     cfg = config.load(config_file) if config_file else None
     cold = (cold_s, per_key, cache_keys_per_gpu) if cold_start or synthetic else None
+    if autoscale:
+        if names != ["gq"] or schedule_out:
+            raise UsageError("--autoscale replays gq's policy only, without --schedule-out")
+        from gq.cli.simautoscale import parse_durations, sim_autoscale
+        from gq.sim.autoscale import PowerModel
+        if resume_rate < 0 or not 0 <= always_on <= nodes:
+            raise UsageError("--resume-rate must be at least 0, --always-on 0 to --nodes")
+        power = PowerModel(boot_s=float(parse_duration(boot_time)), resume_rate=resume_rate,
+                           always_on=always_on)
+        return sim_autoscale(jobs, cluster, cfg, cold, power,
+                             parse_durations(suspend_time, "--suspend-time"), trace, as_json)
     runs = _run_all(jobs, cluster, names, cfg, cold)
     if schedule_out:
         try:
@@ -109,6 +133,22 @@ def sim(
         print(_describe(trace, opts, cluster, len(jobs)))
         render.table(*_rows(results))
     return 0
+
+
+def _spiked(jobs: list[TraceJob], factor: float, window: str | None, seed: int
+            ) -> list[TraceJob]:
+    from gq.errors import UsageError
+    from gq.sim.autoscale import spike
+    from gq.units import parse_duration
+    if factor < 1:
+        raise UsageError(f"--spike must be at least 1, not {factor:g}")
+    start = length = None
+    if window:
+        first, comma, second = window.partition(",")
+        if not comma:
+            raise UsageError(f"--spike-window expects START,LENGTH, not {window!r}")
+        start, length = float(parse_duration(first)), float(parse_duration(second))
+    return spike(jobs, factor, start, length, seed)
 
 
 def _run_all(jobs: list[TraceJob], cluster: Cluster, names: list[str],

@@ -296,6 +296,15 @@ class Head:
         with gcpause.paused():
             self._pass(now)
 
+    def reset_pass_caches(self) -> None:
+        """After a pass that raised (gq/head/passguard.py): what passes keep from one to the
+        next is made again from the jobs and nodes, as a half-done sync may have left it
+        inconsistent with them."""
+        self.queue_index = QueueIndex(self.policy)
+        self.held_index = HeldIndex()
+        self.table.views.clear()
+        self.table.touch()
+
     def _pass(self, now: float) -> None:
         table = self.table
         table.dirty = False
@@ -335,7 +344,7 @@ class Head:
         for preempt in result.preemptions:
             self.outbox.extend(table.preempt(table.jobs[preempt.victim], preempt.for_job))
         # Every job that did not start gets the pass's reason for it, written out.
-        table.set_reasons(reasons.planned(eligible, pending, result, nodes))
+        table.set_reasons(self.power.explain(reasons.planned(eligible, pending, result, nodes)))
         # A pending job's priority is worked out when shown (JobTable.shown); a running one
         # shows the priority it started with.
         rank = priority_of(now, self.policy, usage)

@@ -25,6 +25,7 @@ from gq.head.auth import user_id_of as _user_id
 from gq.protocol import rid_of as _rid_of
 from gq.head import metrics
 from gq.head.core import CHANGING_REQUESTS, Head
+from gq.head.passguard import PassGuard, with_faults
 from gq.head.submits import SLICE_S as SUBMIT_SLICE_S
 from gq.pidfile import acquire
 from gq.store import Store
@@ -53,6 +54,9 @@ class HeadServer:
         self.cfg = cfg
         self.store = store
         self.head = Head(cfg, store, time.time())
+        #: A pass that raises is taken back, counted and tried again later (passguard.py).
+        self.guard = PassGuard()
+        self.pass_fn = with_faults(self.head.schedule)
         # Issue 13 (monotonic clocks): schedule_after and pass_after are time.monotonic(), so a
         # step of the wall clock cannot hold back passes for the hour it stepped.
         #: No scheduling pass before this time (set after a failed commit).
@@ -366,12 +370,19 @@ class HeadServer:
         try:
             with self.head.tx():
                 started = time.perf_counter()
-                self.head.schedule(now)
+                self.pass_fn(now)
                 took = time.perf_counter() - started
         except StoreError as exc:
             log.error("%s (a scheduling pass)", exc)
             self._store_failed()
+        except Exception as exc:
+            # A bug in the pass: taken back whole by its transaction; gqd goes on answering.
+            self.head.reset_pass_caches()
+            self._store_failed(self.guard.failed(exc))
+            if self.metrics is not None:
+                self.metrics.pass_failures.inc()
         else:
+            self.guard.succeeded()
             if self.metrics is not None:
                 self.metrics.pass_seconds.observe(took)
             # A pass costs O(queue): the next waits PASS_SPACING times as long, so a burst of
@@ -379,8 +390,8 @@ class HeadServer:
             self.pass_after = time.monotonic() + took * defaults.PASS_SPACING
         self._send([], now)
 
-    def _store_failed(self) -> None:
-        self.schedule_after = time.monotonic() + defaults.STORE_RETRY_S
+    def _store_failed(self, wait: float = defaults.STORE_RETRY_S) -> None:
+        self.schedule_after = time.monotonic() + wait
         self.head.deferred.clear()
 
     def _send(self, replies: list[tuple[ClientRequest, bytes, bool]], now: float) -> None:

@@ -137,6 +137,10 @@ class Metrics:
         self.pass_seconds = Histogram("gq_schedule_pass_seconds", "Duration of gqd's "
                                       "scheduling passes", buckets=PASS_BUCKETS,
                                       registry=self.registry)
+        self.pass_failures = Counter("gq_schedule_pass_failures", "Scheduling passes that "
+                                     "raised (a bug): each taken back and tried again after a "
+                                     "backoff (gqd's log has the traceback)",
+                                     registry=self.registry)
         self.loop_lag = Histogram("gq_loop_lag_seconds", "How long each turn of gqd's event "
                                   "loop kept it from reading new messages: the turn's work, "
                                   "plus how late it woke from a timed sleep",

@@ -36,8 +36,10 @@ from gq.head.jobs import JobTable
 from gq.head.nodes import NodeRegistry
 from gq.head.orders import Order
 from gq.hostlist import compress, natural_key
-from gq.model import JobState, Node, NodeState
+from gq.head.reasons import NONE
+from gq.model import Job, JobState, Node, NodeState
 from gq.powercfg import shapes
+from gq.sched.plan import RESOURCES
 from gq.sched.resume import Room, to_resume
 from gq.sched.types import PendingJob
 
@@ -49,6 +51,8 @@ MAX_RUNNING = 32
 RATE_WINDOW_S = 60.0
 #: Seconds between two looks at the demand, at least.
 RESUME_EVERY_S = 1.0
+#: A pending job's reason while nodes it will run on are powering up (`Power.reason`).
+POWERING_UP = "PoweringUp"
 POWER_STATES = (NodeState.POWERED_DOWN, NodeState.POWERING_UP, NodeState.POWERING_DOWN)
 
 
@@ -63,6 +67,9 @@ class Power:
         self.idle_since: dict[str, float] = {}
         #: When (steady clock) each node resumed in the last RATE_WINDOW_S was.
         self.recent: deque[float] = deque()
+        #: Job id -> the nodes it was laid on at the last look at the demand: while one of
+        #: them is POWERING_UP, a job the pass could not start shows it (`explain`).
+        self.waiting: dict[int, list[str]] = {}
         #: No look at the demand before this (steady clock).
         self.resume_at = -math.inf
         self.seen: object = None
@@ -185,27 +192,29 @@ class Power:
         # a pass has made it anew, else once a RESUME_EVERY_S (for the rate's window, a node's
         # claim released).
         down = self._ours(NodeState.POWERED_DOWN)
-        if not down or (pending is self.seen and steady < self.resume_at):
+        coming = self._ours(NodeState.POWERING_UP)
+        if not (down or coming) or (pending is self.seen and steady < self.resume_at):
             return
         self.seen, self.resume_at = pending, steady + RESUME_EVERY_S
         jobs = self.table.jobs
         demand = sorted((v for v in pending if (j := jobs.get(v.id)) is not None
                          and j.state == JobState.PENDING), key=lambda v: (v.submit_time, v.id))
+        self.waiting = {}
         if not demand:
             return
         while self.recent and steady - self.recent[0] >= RATE_WINDOW_S:
             self.recent.popleft()
         rate = self.cfg.resume_rate
-        limit = None if not rate else rate - len(self.recent)
-        if limit is not None and limit <= 0:
-            return
+        limit = None if not rate else max(0, rate - len(self.recent))
         # What is free on UP nodes now comes first: a node that registered this turn (its
         # jobs start in the coming pass), or room freed since the last pass, resumes nothing.
-        powering = self._free_up() + [Room.of(n.name, n.gpus, n.cpus, n.mem)
-                                      for n in self._ours(NodeState.POWERING_UP)]
+        powering = self._free_up() + [Room.of(n.name, n.gpus, n.cpus, n.mem) for n in coming]
         spare = [Room.of(n.name, n.gpus, n.cpus, n.mem)
                  for n in sorted(down, key=lambda n: (len(n.gpus), natural_key(n.name)))]
-        names = to_resume(demand, powering, spare, limit)
+        # (Rate spent: jobs are still laid on the nodes coming, for their reasons.)
+        names = to_resume(demand, powering, spare if limit != 0 else [], limit or None,
+                          self.waiting)
+        self._explain_waiting(names)
         if not names:
             return
         for name in names:
@@ -214,6 +223,37 @@ class Power:
             self._set(self.registry.nodes[name], NodeState.POWERING_UP, "resumed for pending jobs")
         log.info("resuming %s for %d pending jobs", compress(names), len(demand))
         self._queue(self.cfg.resume_program, names)
+
+    def _explain_waiting(self, resumed: list[str]) -> None:
+        """The jobs laid on nodes powering up (or resumed now) show it at once, not only from
+        the next pass."""
+        coming = set(resumed)
+        pairs = [(job, why) for job_id in self.waiting
+                 if (job := self.table.jobs.get(job_id)) is not None
+                 and (why := self.reason(job_id, job.reason, coming)) != job.reason]
+        self.table.set_reasons(pairs)
+
+    def reason(self, job_id: int, reason: str, coming: frozenset[str] | set[str] = frozenset()) -> str:
+        """A pending job's reason, `Resources` (the pass found no room for it) told as
+        `PoweringUp (NODES)` while nodes it was laid on are POWERING_UP (or in `coming`:
+        resumed this turn); Slurm's job would be CONFIGURING on them (it allocates powered-down
+        nodes; gq starts a job only on nodes that have joined)."""
+        names = self.waiting.get(job_id)
+        if not names or not (reason.startswith(RESOURCES) or reason.startswith(POWERING_UP)
+                             or reason in (NONE, "")):
+            return reason
+        nodes = self.registry.nodes
+        up = [n for n in names if n in coming
+              or (n in nodes and nodes[n].state == NodeState.POWERING_UP)]
+        if up:
+            return f"{POWERING_UP} ({compress(up)})"
+        return RESOURCES if reason.startswith(POWERING_UP) else reason
+
+    def explain(self, pairs: list[tuple[Job, str]]) -> list[tuple[Job, str]]:
+        """A pass's (job, reason) pairs with `reason` applied."""
+        if not self.waiting:
+            return pairs
+        return [(job, self.reason(job.id, why)) for job, why in pairs]
 
     def _wanted(self, idle: list[Node], pending: Iterable[PendingJob]) -> list[Node]:
         """The idle nodes one rank of a job still pending would fit."""

@@ -53,6 +53,12 @@ class Views:
         """Where jobs may run changed (a node came, or its features did): pending views anew."""
         self.pending.clear()
 
+    def clear(self) -> None:
+        """Every kept view made again (after a failed pass); a job's --cold-wait clock is kept."""
+        self.pending.clear()
+        self.running.clear()
+        self.nodes.clear()
+
     def forget(self, job_id: int) -> None:
         """The job left memory."""
         self.pending.pop(job_id, None)

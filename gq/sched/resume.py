@@ -56,10 +56,12 @@ class Room:
 
 
 def to_resume(pending: Iterable[PendingJob], powering: Iterable[Room], down: Iterable[Room],
-              limit: int | None = None) -> list[str]:
+              limit: int | None = None, placed: dict[int, list[str]] | None = None
+              ) -> list[str]:
     """Names of the powered-down nodes (`down`, in the order given: the head gives the fewest
     GPUs first, then by name) to resume so that the pending jobs fit, at most `limit` (None: no
-    limit); see the module's docstring."""
+    limit); see the module's docstring. `placed`, if given, gets the rooms each job was laid
+    on, by job id (the nodes it waits for: its pending reason)."""
     pool = list(powering)
     spare = list(down)
     chosen: list[str] = []
@@ -83,6 +85,8 @@ def to_resume(pending: Iterable[PendingJob], powering: Iterable[Room], down: Ite
             continue  # no declared nodes could hold it (or not within the rate): none for it
         for room, gpus in picks:
             room.take(job, gpus)
+        if placed is not None:
+            placed[job.id] = [room.name for room, _ in picks]
         for room in new:
             spare.remove(room)
             pool.append(room)
