@@ -244,9 +244,10 @@ class Client:
         return self._pages(protocol.QUEUE, user=user, states=states, all=all, **extra)
 
     def queue_texts(self, user: str | None = None, states: list[str] | None = None,
-                    all: bool = False) -> list[str]:  # noqa: A002 - mirrors --all
-        """queue()'s jobs, each as its text in `gq queue --json`'s document (indented to its
-        depth there), for render.emit_jobs_json to join: no records decoded, no JSON written."""
+                    all: bool = False) -> list[bytes]:  # noqa: A002 - mirrors --all
+        """queue()'s jobs, each as its text in `gq queue --json`'s document (ASCII, indented
+        to its depth there), for render.emit_jobs_json to join: no records decoded, no JSON
+        written."""
         return self._pages(protocol.QUEUE, user=user, states=states, all=all, text=True)
 
     def _pages(self, msg_type: str, **fields: Any) -> list[Any]:

@@ -81,8 +81,8 @@ class Queue(Request):
     expected_nodes. fields: only these of each job (names of the --json object). Paging (here
     and in history): with limit, the reply holds at most that many jobs, those with ids past
     `after`, and `next`: the `after` of the next page, or None when there is none. text
-    (with limit, neither start nor fields): each job as its `gq queue --json` text, a str
-    (gq/head/records.py: texts), instead of a map."""
+    (with limit, neither start nor fields): each job as its `gq queue --json` text, ASCII
+    bytes (gq/head/records.py: texts), instead of a map."""
 
     TYPE: ClassVar[str] = "queue"
     user: str | None = None

@@ -38,12 +38,19 @@ def emit_json(data: Any) -> None:
     _write(_pretty(data, "") + "\n")
 
 
-def emit_jobs_json(texts: list[str]) -> None:
+def emit_jobs_json(texts: list[bytes]) -> None:
     """The `--json` listing document (emit_json's of {"schema_version", "jobs"}) from each
-    job's text as gqd keeps it, at the jobs' depth already (gq/head/records.py: `texts`):
+    job's text as gqd keeps it, ASCII at the jobs' depth already (gq/head/records.py: `texts`):
     joined as they are, the client neither decodes records nor writes their JSON."""
-    jobs = "[\n" + ",\n".join(texts) + "\n  ]" if texts else "[]"
-    _write(f'{{\n  "schema_version": {JSON_SCHEMA_VERSION},\n  "jobs": {jobs}\n}}\n')
+    jobs = b"[\n" + b",\n".join(texts) + b"\n  ]" if texts else b"[]"
+    doc = b'{\n  "schema_version": %d,\n  "jobs": %b\n}\n' % (JSON_SCHEMA_VERSION, jobs)
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a stdout of text only (one put in place of the real one)
+        _write(doc.decode("ascii"))
+        return
+    sys.stdout.flush()
+    for start in range(0, len(doc), _PIECE):  # a piece at a time: see `_write`
+        out.write(doc[start:start + _PIECE])
 
 
 #: Characters written to stdout at a time (see `_write`).

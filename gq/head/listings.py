@@ -230,14 +230,10 @@ def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
 
 
 def _texts(jobs: Iterable[Job], limit: int) -> dict[str, Any]:
-    """A page of the jobs' kept `--json` texts (records.texts), each sent as a str."""
-    text, pack = records.texts(), protocol.packer()
-
-    def item(job: Job) -> tuple[str, bytes]:
-        data = text(job)
-        return data, pack(data)
+    """A page of the jobs' kept `--json` texts (records.texts), each sent as a bin."""
+    text = records.texts()
     with gcpause.paused():
-        return _page(jobs, item, limit)
+        return _page(jobs, lambda job: (text(job),) * 2, limit)
 
 
 def _page(jobs: Iterable[Job], item: Callable[[Job], tuple[Any, bytes]], limit: int

@@ -31,7 +31,7 @@ _WATCHED = operator.attrgetter(*(f.name for f in dataclasses.fields(Job) if f.na
 _ATTR = "_listed"
 #: And its `--json` text in two parts either side of the priority's (`texts`; none yet: []).
 _Kept = tuple[tuple[object, ...], dict[tuple[str, ...] | None, tuple[bytes, bytes | None]],
-              list[tuple[str, str]]]
+              list[tuple[bytes, bytes]]]
 #: The depth of a job in the `--json` listing document: {"jobs": [{...}]}.
 _PAD, _INNER = "    ", "      "
 
@@ -70,18 +70,21 @@ def packed(key: tuple[str, ...] | None) -> Callable[[Job], bytes]:
     return packed_record
 
 
-def texts() -> Callable[[Job], str]:
+def texts() -> Callable[[Job], bytes]:
     """A function giving a job's full `--json` record as the listing document writes it
     (json.dumps(document, indent=2): at a job's depth there, its first line's indent too),
+    packed as msgpack bin (the text is ASCII: strings are written with json's \\u escapes),
     made again only when the job has changed, as `packed`'s records are. So a client writing
     `gq queue --json` joins kept texts (render.emit_jobs_json) instead of decoding 49 values a
-    job and writing their JSON: 1.8 s of its 2.4 s with 100,000 jobs (docs/BENCHMARKS.md)."""
+    job and writing their JSON (1.8 s of its 2.4 s with 100,000 jobs), and gqd sends them with
+    a header and the priority's digits spliced in, not packed again (docs/BENCHMARKS.md)."""
     record = job_record()
     names = tuple(JOB_FIELDS)
     at = names.index("priority")
     heads = [f"{_INNER}{json_str(name)}: " for name in names]
+    join = b"".join
 
-    def text(job: Job) -> str:
+    def text(job: Job) -> bytes:
         seen = _WATCHED(job)
         kept: _Kept | None = job.__dict__.get(_ATTR)
         if kept is None or kept[0] != seen:
@@ -90,8 +93,22 @@ def texts() -> Callable[[Job], str]:
             lines = [head + pretty(value, _INNER)
                      for head, value in zip(heads, record(job).values())]
             kept[2].append((
-                _PAD + "{\n" + "".join(line + ",\n" for line in lines[:at]) + heads[at],
-                "".join(",\n" + line for line in lines[at + 1:]) + f"\n{_PAD}}}"))
+                (_PAD + "{\n" + "".join(line + ",\n" for line in lines[:at])
+                 + heads[at]).encode("ascii"),
+                ("".join(",\n" + line for line in lines[at + 1:])
+                 + f"\n{_PAD}}}").encode("ascii")))
         before, after = kept[2][0]
-        return f"{before}{pretty(job.priority)}{after}"
+        priority = job.priority
+        digits = (int.__repr__(priority) if type(priority) is int
+                  else pretty(priority)).encode("ascii")
+        return join((_bin_header(len(before) + len(digits) + len(after)), before, digits, after))
     return text
+
+
+def _bin_header(n: int) -> bytes:
+    """msgpack's header of a bin of n bytes (bin8, bin16, bin32)."""
+    if n < 1 << 8:
+        return b"\xc4" + n.to_bytes(1, "big")
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
