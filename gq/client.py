@@ -243,10 +243,17 @@ class Client:
             extra["fields"] = list(fields)
         return self._pages(protocol.QUEUE, user=user, states=states, all=all, **extra)
 
-    def _pages(self, msg_type: str, **fields: Any) -> list[dict[str, Any]]:
+    def queue_texts(self, user: str | None = None, states: list[str] | None = None,
+                    all: bool = False) -> list[bytes]:  # noqa: A002 - mirrors --all
+        """queue()'s jobs, each as its text in `gq queue --json`'s document (ASCII, indented
+        to its depth there), for render.emit_jobs_json to join: no records decoded, no JSON
+        written."""
+        return self._pages(protocol.QUEUE, user=user, states=states, all=all, text=True)
+
+    def _pages(self, msg_type: str, **fields: Any) -> list[Any]:
         """Every job of a listing, asked for a page at a time: no reply outgrows the message
         limit, however many jobs there are. (A page is as of its own request.)"""
-        jobs: list[dict[str, Any]] = []
+        jobs: list[Any] = []
         after = 0
         with gcpause.paused():  # records decoded by the thousand: see gq.gcpause
             while True:

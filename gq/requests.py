@@ -80,7 +80,9 @@ class Queue(Request):
     """The live jobs. start (squeue --start): pending jobs get expected_start and
     expected_nodes. fields: only these of each job (names of the --json object). Paging (here
     and in history): with limit, the reply holds at most that many jobs, those with ids past
-    `after`, and `next`: the `after` of the next page, or None when there is none."""
+    `after`, and `next`: the `after` of the next page, or None when there is none. text
+    (with limit, neither start nor fields): each job as its `gq queue --json` text, ASCII
+    bytes (gq/head/records.py: texts), instead of a map."""
 
     TYPE: ClassVar[str] = "queue"
     user: str | None = None
@@ -88,6 +90,7 @@ class Queue(Request):
     all: bool = False
     start: bool = False
     fields: tuple[str, ...] | None = None
+    text: bool = False
     after: int = 0
     limit: int | None = unset()
 

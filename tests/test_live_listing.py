@@ -107,6 +107,14 @@ def test_a_listing_shows_each_change_of_a_job_whose_record_gqd_keeps(
             table = [j for j in c.queue(fields=render.QUEUE_FIELDS) if j["id"] == job]
         assert len(full) == len(table) == 1
         assert {k: full[0][k] for k in render.QUEUE_FIELDS} == table[0]
+        # The CLI's `--json` joins gqd's kept texts of the jobs: json.dumps' document, the
+        # same record (the priority moves with the clock between the two listings).
+        out = cluster.gq("queue", "--json", check=True).stdout
+        doc = json.loads(out)
+        assert out == json.dumps(doc, indent=2) + "\n" and doc["schema_version"] == 1
+        [cli] = [j for j in doc["jobs"] if j["id"] == job]
+        assert list(cli) == list(full[0])
+        assert {**cli, "priority": None} == {**full[0], "priority": None}
         return full[0], table[0]
 
     def fresh() -> dict:  # what gqd makes anew for one job, for the fields a listing holds

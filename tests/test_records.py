@@ -64,3 +64,38 @@ def test_each_field_set_is_kept_apart_on_the_job() -> None:
     # A field added to Job is watched with no edit to records.py: all but the priority are.
     watched = records._WATCHED(job)
     assert len(watched) == len(dataclasses.fields(Job)) - 1
+
+
+def _document(texts: list[bytes], capsys: Any) -> str:
+    render.emit_jobs_json([msgpack.unpackb(t) for t in texts])  # as the client has them
+    return str(capsys.readouterr().out)
+
+
+def test_a_kept_json_text_is_what_json_dumps_writes_after_every_change(capsys: Any) -> None:
+    """`gq queue --json` joins gqd's kept texts: the document is json.dumps(indent=2)'s, byte
+    for byte, for jobs in any state, after any change, an undo, and as the priority moves."""
+    import json
+    text = records.texts()
+    job = Job(id=12, spec=JobSpec(script="x", name='j "é"\n', cwd="/w", output="%x-%j.out",
+                                  array="0-3%2"), submit_time=1.7e9)
+    other = Job(id=13, spec=JobSpec(script="x", name="k", cwd="/w"), submit_time=1.7e9,
+                alloc={"n1": [0, 1], "n2": [2]})
+
+    def expected(*jobs: Job) -> str:
+        return json.dumps({"schema_version": 1, "jobs": [job_record()(j) for j in jobs]},
+                          indent=2) + "\n"
+    assert _document([], capsys) == expected()
+    assert _document([text(job), text(other)], capsys) == expected(job, other)
+    for name, value in _changes(job):
+        was = dict(job.__dict__)
+        setattr(job, name, value)
+        assert _document([text(job)], capsys) == expected(job), name
+        job.__dict__.update(was)
+        assert _document([text(job), text(other)], capsys) == expected(job, other), name
+        setattr(job, name, value)
+    text(job)
+    kept = job.__dict__["_listed"][2][0]
+    for priority in (5, 70_000, -3, 2**40):  # spliced, not remade
+        job.priority = priority
+        assert _document([text(other), text(job)], capsys) == expected(other, job)
+        assert job.__dict__["_listed"][2][0] is kept

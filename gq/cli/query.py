@@ -55,6 +55,11 @@ def queue(me: bool, user: str | None, state: str | None, all_jobs: bool, as_json
     with gcpause.paused():  # records and rows by the thousand: see gq.gcpause
         with client() as c:
             who = c._user if me else user
+            # gqd's kept texts, joined as they are (-j filters records here; --start, and -o
+            # which asks for its fields, add fields to them).
+            if as_json and not refs and not start and not fmt:
+                render.emit_jobs_json(c.queue_texts(user=who, states=wanted, all=all_jobs))
+                return 0
             found = c.queue(user=who, states=wanted, all=all_jobs or bool(refs),
                             start=start or bool(fmt), fields=fields)
         if refs:

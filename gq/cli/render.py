@@ -13,13 +13,8 @@ import time
 from collections.abc import Sequence
 
 from gq.arrays import fold
+from gq.jsontext import pretty as _pretty
 from gq.units import format_duration, format_size, parse_iso_time
-
-# json's own C string encoder, alone: the json package (its decoder, re) costs `gq show` more.
-try:
-    from _json import encode_basestring_ascii as _json_str
-except ImportError:  # pragma: no cover (a Python built without the accelerator)
-    from json.encoder import encode_basestring_ascii as _json_str
 
 TYPE_CHECKING = False  # typing is not imported for `gq submit` and `gq show`
 if TYPE_CHECKING:
@@ -43,6 +38,21 @@ def emit_json(data: Any) -> None:
     _write(_pretty(data, "") + "\n")
 
 
+def emit_jobs_json(texts: list[bytes]) -> None:
+    """The `--json` listing document (emit_json's of {"schema_version", "jobs"}) from each
+    job's text as gqd keeps it, ASCII at the jobs' depth already (gq/head/records.py: `texts`):
+    joined as they are, the client neither decodes records nor writes their JSON."""
+    jobs = b"[\n" + b",\n".join(texts) + b"\n  ]" if texts else b"[]"
+    doc = b'{\n  "schema_version": %d,\n  "jobs": %b\n}\n' % (JSON_SCHEMA_VERSION, jobs)
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a stdout of text only (one put in place of the real one)
+        _write(doc.decode("ascii"))
+        return
+    sys.stdout.flush()
+    for start in range(0, len(doc), _PIECE):  # a piece at a time: see `_write`
+        out.write(doc[start:start + _PIECE])
+
+
 #: Characters written to stdout at a time (see `_write`).
 _PIECE = 1 << 16
 
@@ -52,60 +62,6 @@ def _write(text: str) -> None:
     text to a pipe whose reader has gone is not an error, and `gq queue | head` would end 0."""
     for start in range(0, len(text), _PIECE):
         sys.stdout.write(text[start:start + _PIECE])
-
-
-def _pretty(value: Any, pad: str) -> str:
-    """json.dumps(value, indent=2), byte for byte, at `pad`'s depth: scalars and containers
-    of the usual types here, anything else by json itself."""
-    kind = type(value)
-    if kind is str:
-        return _json_str(value)
-    if value is None:
-        return "null"
-    if kind is bool:
-        return "true" if value else "false"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is dict and all(type(k) is str for k in value):
-        if not value:
-            return "{}"
-        inner = pad + "  "
-        return "{\n" + ",\n".join([f"{inner}{_json_str(k)}: {_pretty(v, inner)}"
-                                   for k, v in value.items()]) + f"\n{pad}}}"
-    if kind is list or kind is tuple:
-        if not value:
-            return "[]"
-        return "[\n" + ",\n".join(_items(value, pad + "  ")) + f"\n{pad}]"
-    # Floats (NaN, Infinity), other keys: json's own text. It has no raw newline but those
-    # between its lines, so indenting those puts it at this depth.
-    import json  # here: the usual types above need none of it
-    return json.dumps(value, indent=2).replace("\n", "\n" + pad)
-
-
-def _items(values: list[Any] | tuple[Any, ...], pad: str) -> list[str]:
-    """A list's items at `pad`. A listing's jobs are dicts with the same keys in the same order:
-    their keys' text is made once for the lot, and string values (most of them) go straight
-    to json's encoder; a third of `gq queue --json`'s time was spent on the rest of `_pretty`."""
-    out = []
-    keys: tuple[Any, ...] = ()
-    heads: list[str] | None = None
-    inner = pad + "  "
-    close = f"\n{pad}}}"
-    for v in values:
-        if type(v) is dict and v:
-            if (now := tuple(v)) != keys:
-                keys = now
-                heads = [f"{inner}{_json_str(k)}: " for k in keys] \
-                    if all(type(k) is str for k in keys) else None
-            if heads is not None:
-                out.append(pad + "{\n" + ",\n".join([
-                    head + (_json_str(x) if type(x) is str else "null" if x is None
-                            else int.__repr__(x) if type(x) is int else _pretty(x, inner))
-                    for head, x in zip(heads, v.values())])
-                    + close)
-                continue
-        out.append(pad + _pretty(v, pad))
-    return out
 
 
 #: `gq --color WHEN`: "auto" (colour on a terminal unless $NO_COLOR is set), "always" (rich

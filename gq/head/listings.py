@@ -72,6 +72,11 @@ class Listings:
         if fields is None or "priority" in fields:
             jobs = self.table.shown(jobs, now, self.policy)
         key = None if fields is None else tuple(fields)
+        if msg.text:
+            if msg.start or fields is not None or msg.limit is None:
+                raise ProtocolError("queue: text is for a paged listing of whole records, "
+                                    "without start or fields")
+            return _texts(jobs, msg.limit)
         record = job_record(key)
         if not msg.start:
             return _paged(jobs, record, msg.limit, records.packed(key))
@@ -222,6 +227,13 @@ def _paged(jobs: Iterable[Job], record: Callable[[Job], dict[str, Any]],
             data = record(job)
             return data, pack(data)
         return _page(jobs, fresh, limit)
+
+
+def _texts(jobs: Iterable[Job], limit: int) -> dict[str, Any]:
+    """A page of the jobs' kept `--json` texts (records.texts), each sent as a bin."""
+    text = records.texts()
+    with gcpause.paused():
+        return _page(jobs, lambda job: (text(job),) * 2, limit)
 
 
 def _page(jobs: Iterable[Job], item: Callable[[Job], tuple[Any, bytes]], limit: int

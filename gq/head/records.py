@@ -21,6 +21,7 @@ import dataclasses
 import operator
 from collections.abc import Callable
 from gq import protocol
+from gq.jsontext import json_str, pretty
 from gq.model import JOB_FIELDS, Job, job_record
 
 #: The fields a record may read, but the priority: equal values, equal record.
@@ -28,7 +29,11 @@ _WATCHED = operator.attrgetter(*(f.name for f in dataclasses.fields(Job) if f.na
 #: The job attribute holding its kept records: (the watched values they were made from,
 #: field set -> (bytes before the priority's value, bytes after it; or all and None)).
 _ATTR = "_listed"
-_Kept = tuple[tuple[object, ...], dict[tuple[str, ...] | None, tuple[bytes, bytes | None]]]
+#: And its `--json` text in two parts either side of the priority's (`texts`; none yet: []).
+_Kept = tuple[tuple[object, ...], dict[tuple[str, ...] | None, tuple[bytes, bytes | None]],
+              list[tuple[bytes, bytes]]]
+#: The depth of a job in the `--json` listing document: {"jobs": [{...}]}.
+_PAD, _INNER = "    ", "      "
 
 def _header_len(n: int) -> int:
     """Bytes of msgpack's header of a map of n items (fixmap, map16, map32)."""
@@ -53,7 +58,7 @@ def packed(key: tuple[str, ...] | None) -> Callable[[Job], bytes]:
         seen = _WATCHED(job)
         kept: _Kept | None = job.__dict__.get(_ATTR)
         if kept is None or kept[0] != seen:  # changed: every field set's record goes
-            kept = job.__dict__[_ATTR] = (seen, {})
+            kept = job.__dict__[_ATTR] = (seen, {}, [])
         entry = kept[1].get(key)
         if entry is None:
             entry = kept[1][key] = (head + pack(before(job))[cut_before:]
@@ -63,3 +68,47 @@ def packed(key: tuple[str, ...] | None) -> Callable[[Job], bytes]:
             return entry[0]
         return entry[0] + pack(job.priority) + entry[1]
     return packed_record
+
+
+def texts() -> Callable[[Job], bytes]:
+    """A function giving a job's full `--json` record as the listing document writes it
+    (json.dumps(document, indent=2): at a job's depth there, its first line's indent too),
+    packed as msgpack bin (the text is ASCII: strings are written with json's \\u escapes),
+    made again only when the job has changed, as `packed`'s records are. So a client writing
+    `gq queue --json` joins kept texts (render.emit_jobs_json) instead of decoding 49 values a
+    job and writing their JSON (1.8 s of its 2.4 s with 100,000 jobs), and gqd sends them with
+    a header and the priority's digits spliced in, not packed again (docs/BENCHMARKS.md)."""
+    record = job_record()
+    names = tuple(JOB_FIELDS)
+    at = names.index("priority")
+    heads = [f"{_INNER}{json_str(name)}: " for name in names]
+    join = b"".join
+
+    def text(job: Job) -> bytes:
+        seen = _WATCHED(job)
+        kept: _Kept | None = job.__dict__.get(_ATTR)
+        if kept is None or kept[0] != seen:
+            kept = job.__dict__[_ATTR] = (seen, {}, [])
+        if not kept[2]:
+            lines = [head + pretty(value, _INNER)
+                     for head, value in zip(heads, record(job).values())]
+            kept[2].append((
+                (_PAD + "{\n" + "".join(line + ",\n" for line in lines[:at])
+                 + heads[at]).encode("ascii"),
+                ("".join(",\n" + line for line in lines[at + 1:])
+                 + f"\n{_PAD}}}").encode("ascii")))
+        before, after = kept[2][0]
+        priority = job.priority
+        digits = (int.__repr__(priority) if type(priority) is int
+                  else pretty(priority)).encode("ascii")
+        return join((_bin_header(len(before) + len(digits) + len(after)), before, digits, after))
+    return text
+
+
+def _bin_header(n: int) -> bytes:
+    """msgpack's header of a bin of n bytes (bin8, bin16, bin32)."""
+    if n < 1 << 8:
+        return b"\xc4" + n.to_bytes(1, "big")
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
