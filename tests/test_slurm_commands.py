@@ -292,6 +292,14 @@ def test_scontrol_hostnames_and_errors(monkeypatch: pytest.MonkeyPatch,
         "gpu01\ngpu02\n"
     assert _run(monkeypatch, capsys, scontrol, ["show", "job", "999"], client)[::2] == \
         (1, "slurm_load_jobs error: Invalid job id specified\n")
+    # scontrol takes prefixes of its entities, as scripts write them (`show jobid $ID`).
+    for word in ("jobid", "jobs", "j"):
+        assert _run(monkeypatch, capsys, scontrol, ["show", word, "1"], client)[1] == \
+            _run(monkeypatch, capsys, scontrol, ["show", "job", "1"], client)[1] != ""
+    assert _run(monkeypatch, capsys, scontrol, ["show", "hostname", "n[1-2]"],
+                client)[1] == "n1\nn2\n"
+    assert _run(monkeypatch, capsys, scontrol, ["show", "host", "n1"], client)[::2] == \
+        (1, "invalid entity: host for keyword: show\n")
     assert _run(monkeypatch, capsys, scontrol, ["hold", "999"], client)[::2] == \
         (1, "Invalid job id specified for job 999\n")
     assert _run(monkeypatch, capsys, scontrol, ["show", "node", "nX"], client)[::2] == \

@@ -90,6 +90,12 @@ def test_a_tasks_environment_names_its_ranks_node_and_gpus() -> None:
      ["python", "-u", "t.py"]),
     (["--wait=60", "--kill-on-bad-exit=1", "--jobid", "9", "-W", "5", "bash", "-c", "x"], True,
      ["bash", "-c", "x"]),
+    # Real scripts' srun lines: the old `--cpu_bind` spelling, and sbatch's options srun
+    # takes too (a NERSC script's `srun -n 4 -c 32 --cpu_bind=cores -G 4 --gpu-bind=single:1`).
+    (["-n", "4", "-c", "32", "--cpu_bind=cores", "-G", "4", "--gpu-bind=single:1", "python"],
+     False, ["python"]),
+    (["--cpus-per-gpu", "8", "--hint=nomultithread", "--mem_bind=local", "--signal=USR1@60",
+      "--ntasks-per-gpu=1", "-C", "gpu", "run.sh"], False, ["run.sh"]),
 ])
 def test_srun_reads_slurms_option_forms(argv: list[str], kill: bool, command: list[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
