@@ -330,6 +330,19 @@ def test_sacct_prints_slurms_formats(monkeypatch: pytest.MonkeyPatch,
     assert _run(monkeypatch, capsys, sacct, argv, _Client(_finished()))[:2] == (0, expected)
 
 
+def test_sacct_names_an_array_tasks_step_by_the_task(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Slurm's sacct: the step of task 5_1 (job 6) is JobID `5_1.0`, JobIDRaw `6.0` (a real
+    array script's `srun` in each task: gq printed `6.0` for both)."""
+    task = _record(6, "arr", "COMPLETED", ["n1"], 1, task=(5, 1), start=NOW - 9)
+    task.update(end_time=task["start_time"], exit_code=0, steps=[{
+        "id": "6.0", "name": "python", "state": "COMPLETED", "exit_code": 0,
+        "start_time": task["start_time"], "end_time": task["start_time"], "nodes": ["n1"]}])
+    out = _run(monkeypatch, capsys, sacct, ["-P", "-n", "-o", "JobID,JobIDRaw,State", "-j",
+                                            "5"], _Client([task]))[1]
+    assert out == "5_1|6|COMPLETED\n5_1.0|6.0|COMPLETED\n"
+
+
 def test_sacct_parsable_lines_never_break_on_a_name(monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     odd = _finished()[1]

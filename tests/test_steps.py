@@ -214,3 +214,14 @@ def test_a_task_that_cannot_start_takes_the_started_ones_with_it(
         proc.kill()
         proc.wait()
     assert len(started) == 1 and not alive, started
+
+
+def test_a_steps_output_pattern_names_the_job_the_step_and_leaves_task_and_node() -> None:
+    """srun -o: %J is job.step in a step (the batch script's is the job id alone), %s the
+    step; %t and %n are the node's to fill, per task."""
+    from gq.head.steps import Steps
+    from gq.model import Job, JobSpec
+    job = Job(id=42, spec=JobSpec(script="true", name="train", user="alice", cwd="/w"))
+    assert Steps._path("out-%J-%s-%t-%n.log", "/w", job, 3) == "/w/out-42.3-3-%t-%n.log"
+    assert Steps._path("/abs/%x.%j.%J", "/w", job, 0) == "/abs/train.42.42.0"
+    assert Steps._path(None, "/w", job, 1) == ""
