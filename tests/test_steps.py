@@ -105,6 +105,13 @@ def test_srun_reads_slurms_option_forms(argv: list[str], kill: bool, command: li
     assert (fields["job_id"], fields["kill_on_bad_exit"], fields["argv"]) == (9, kill, command)
 
 
+def test_srun_takes_tasks_per_node_for_ntasks_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    p = srun.parser()
+    fields = srun.request(p.parse_args(["--tasks-per-node=2", "-N", "2", "true"]))
+    assert fields["ntasks_per_node"] == 2, fields
+
+
 def test_srun_takes_the_jobs_task_count_and_exports(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_JOB_ID", "9")
     monkeypatch.setenv("SLURM_NTASKS", "8")

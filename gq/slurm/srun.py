@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--help", action="help")
     p.add_argument("-n", "--ntasks", type=int)
     p.add_argument("-N", "--nodes")
-    p.add_argument("--ntasks-per-node", type=int)
+    p.add_argument("--ntasks-per-node", "--tasks-per-node", type=int)  # Slurm takes both
     p.add_argument("-c", "--cpus-per-task", type=int)
     p.add_argument("--gpus-per-task")
     p.add_argument("-o", "--output")
