@@ -47,7 +47,8 @@ def parse_array(text: str) -> ArraySpec:
                          f"expected {_FORMS}")
     indices: set[int] = set()
     for part in body.split(","):
-        m = _PART_RE.match(part.strip())
+        # Slurm takes the brackets of a hostlist-like `[0-4]` (or `[1,3]`) and drops them.
+        m = _PART_RE.match(part.strip().removeprefix("[").removesuffix("]"))
         if not m:
             raise UsageError(f"bad --array {text!r}: {part!r} is not a range; expected {_FORMS}")
         first, last, step = int(m[1]), int(m[2] or m[1]), int(m[3] or 1)

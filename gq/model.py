@@ -349,10 +349,13 @@ def job_record(fields: tuple[str, ...] | None = None) -> Callable[[Job], dict[st
     return scope["record"]
 
 
-_PATTERN_RE = re.compile(r"%(%|j|A|a|x|u|N|n|t)")
+_PATTERN_RE = re.compile(r"%(%|j|J|A|a|x|u|N|n|t)")
 #: What each `%` pattern of an output file name stands for.
 _PATTERN_VALUES: dict[str, Callable[[Job], str]] = {
     "%": lambda j: "%", "j": lambda j: str(j.id), "x": lambda j: j.spec.name,
+    # %J is jobid.stepid, but the batch script is no numbered step: the job id alone, as
+    # slurmstepd writes it (srun's -o puts the step's number, gq/head/steps.py).
+    "J": lambda j: str(j.id),
     "u": lambda j: j.spec.user,
     "A": lambda j: str(j.array_job_id if j.array_job_id is not None else j.id),
     "a": lambda j: str(j.array_index) if j.array_index is not None else "4294967294",
@@ -364,8 +367,8 @@ _PATTERN_VALUES: dict[str, Callable[[Job], str]] = {
 
 
 def expand_pattern(pattern: str, job: Job) -> str:
-    """Slurm's output filename patterns: %j job id, %A array job id, %a array index, %x name,
-    %u user, %N first node, %n and %t the batch script's node and task (0)."""
+    """Slurm's output filename patterns: %j (and %J) job id, %A array job id, %a array index,
+    %x name, %u user, %N first node, %n and %t the batch script's node and task (0)."""
     return _PATTERN_RE.sub(lambda m: _PATTERN_VALUES[m[1]](job), pattern)
 
 

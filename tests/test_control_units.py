@@ -21,6 +21,9 @@ from gq.model import Job, JobSpec, JobState, parse_time
     ("0-9:3", (0, 3, 6, 9), None),
     ("0-99%10", tuple(range(100)), 10),
     ("5,1-2%1", (1, 2, 5), 1),
+    # Slurm drops the brackets of a hostlist-like spec (a real script's `--array=[0-4]%2`).
+    ("[0-4]%2", (0, 1, 2, 3, 4), 2),
+    ("[1,3,5-6]", (1, 3, 5, 6), None),
 ])
 def test_array_specs(text: str, indices: tuple[int, ...], throttle: int | None) -> None:
     spec = parse_array(text)

@@ -502,6 +502,9 @@ def test_expand_pattern_array():
     job = _job(id=45, array_job_id=40, array_index=5)
     assert expand_pattern("%A_%a", job) == "40_5"
     assert expand_pattern("%j", job) == "45"
+    # %J: the batch script is no numbered step, so the task's own id (a real script's
+    # `-o slurm_output/%J.out` must give each task its file, not one literal `%J.out`).
+    assert expand_pattern("%J.out", job) == "45.out"
     assert expand_pattern("%A", _job(id=40, array_job_id=40, array_index=0)) == "40"
     assert expand_pattern("%a", _job(id=40, array_job_id=40, array_index=0)) == "0"
 

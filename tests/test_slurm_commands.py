@@ -292,6 +292,14 @@ def test_scontrol_hostnames_and_errors(monkeypatch: pytest.MonkeyPatch,
         "gpu01\ngpu02\n"
     assert _run(monkeypatch, capsys, scontrol, ["show", "job", "999"], client)[::2] == \
         (1, "slurm_load_jobs error: Invalid job id specified\n")
+    # scontrol takes prefixes of its entities, as scripts write them (`show jobid $ID`).
+    for word in ("jobid", "jobs", "j"):
+        assert _run(monkeypatch, capsys, scontrol, ["show", word, "1"], client)[1] == \
+            _run(monkeypatch, capsys, scontrol, ["show", "job", "1"], client)[1] != ""
+    assert _run(monkeypatch, capsys, scontrol, ["show", "hostname", "n[1-2]"],
+                client)[1] == "n1\nn2\n"
+    assert _run(monkeypatch, capsys, scontrol, ["show", "host", "n1"], client)[::2] == \
+        (1, "invalid entity: host for keyword: show\n")
     assert _run(monkeypatch, capsys, scontrol, ["hold", "999"], client)[::2] == \
         (1, "Invalid job id specified for job 999\n")
     assert _run(monkeypatch, capsys, scontrol, ["show", "node", "nX"], client)[::2] == \
@@ -320,6 +328,19 @@ def test_sacct_prints_slurms_formats(monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str], argv: list[str],
                                      expected: str) -> None:
     assert _run(monkeypatch, capsys, sacct, argv, _Client(_finished()))[:2] == (0, expected)
+
+
+def test_sacct_names_an_array_tasks_step_by_the_task(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Slurm's sacct: the step of task 5_1 (job 6) is JobID `5_1.0`, JobIDRaw `6.0` (a real
+    array script's `srun` in each task: gq printed `6.0` for both)."""
+    task = _record(6, "arr", "COMPLETED", ["n1"], 1, task=(5, 1), start=NOW - 9)
+    task.update(end_time=task["start_time"], exit_code=0, steps=[{
+        "id": "6.0", "name": "python", "state": "COMPLETED", "exit_code": 0,
+        "start_time": task["start_time"], "end_time": task["start_time"], "nodes": ["n1"]}])
+    out = _run(monkeypatch, capsys, sacct, ["-P", "-n", "-o", "JobID,JobIDRaw,State", "-j",
+                                            "5"], _Client([task]))[1]
+    assert out == "5_1|6|COMPLETED\n5_1.0|6.0|COMPLETED\n"
 
 
 def test_sacct_parsable_lines_never_break_on_a_name(monkeypatch: pytest.MonkeyPatch,

@@ -233,8 +233,9 @@ class Site:
             for run in submitted.values():
                 assert run.submit is not None
                 first = run.submit.stdout.strip().split(";")[0]
-                run.rows = [row for row in by_raw.values()
-                            if row["JobIDRaw"] == first or row["JobID"].split("_")[0] == first]
+                # The jobs (array tasks), not their steps (`280_1.0`, as Slurm names them).
+                run.rows = [row for row in by_raw.values() if "." not in row["JobIDRaw"] and (
+                    row["JobIDRaw"] == first or row["JobID"].split("_")[0] == first)]
             if all(r.rows and len(r.rows) == _expected_jobs(n) and all(
                     row["State"] in TERMINAL for row in r.rows) for n, r in submitted.items()):
                 return

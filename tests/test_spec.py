@@ -316,6 +316,24 @@ def test_an_unknown_sbatch_option_is_skipped_with_a_warning() -> None:
                         "#SBATCH --frob=1: not an option gq knows, ignored"]
 
 
+def test_sbatch_takes_a_unique_prefix_of_a_long_option_as_getopt_long_does() -> None:
+    """A real script's `#SBATCH --err=err` / `--out=out` (sbatch reads them as --error and
+    --output): in #SBATCH lines and on sbatch's command line, up to the script; a prefix of
+    two options stays what it is (sbatch refuses it; here it is skipped with the warning)."""
+    warnings: list[str] = []
+    assert directives.translate_slurm(["--err=e.txt", "--out", "o.txt", "--part=gpu", "--nod",
+                                       "2"], warnings) == [
+        "--error=e.txt", "--output", "o.txt", "--partition=gpu"]
+    assert warnings == ["#SBATCH --nod 2: not an option gq knows, ignored"]
+    assert directives.expand_prefixes(["--tim=5", "-o", "--out", "--job", "x", "run.sh",
+                                       "--err", "y"]) == [
+        "--time=5", "-o", "--out", "--job-name", "x", "run.sh", "--err", "y"]
+    script = "#!/bin/sh\n#SBATCH --err=e.%j --out=o.%j\ntrue\n"
+    with _captured_stderr() as err:
+        spec = _cli_spec([], script)
+    assert (spec["output"], spec["error"]) == ("o.%j", "e.%j"), err.getvalue()
+
+
 # ---------------------------------------------------------------- one check, one wording
 
 

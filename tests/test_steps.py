@@ -90,6 +90,12 @@ def test_a_tasks_environment_names_its_ranks_node_and_gpus() -> None:
      ["python", "-u", "t.py"]),
     (["--wait=60", "--kill-on-bad-exit=1", "--jobid", "9", "-W", "5", "bash", "-c", "x"], True,
      ["bash", "-c", "x"]),
+    # Real scripts' srun lines: the old `--cpu_bind` spelling, and sbatch's options srun
+    # takes too (a NERSC script's `srun -n 4 -c 32 --cpu_bind=cores -G 4 --gpu-bind=single:1`).
+    (["-n", "4", "-c", "32", "--cpu_bind=cores", "-G", "4", "--gpu-bind=single:1", "python"],
+     False, ["python"]),
+    (["--cpus-per-gpu", "8", "--hint=nomultithread", "--mem_bind=local", "--signal=USR1@60",
+      "--ntasks-per-gpu=1", "-C", "gpu", "run.sh"], False, ["run.sh"]),
 ])
 def test_srun_reads_slurms_option_forms(argv: list[str], kill: bool, command: list[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +103,13 @@ def test_srun_reads_slurms_option_forms(argv: list[str], kill: bool, command: li
     p = srun.parser()
     fields = srun.request(p.parse_args(srun._options(p, argv)))
     assert (fields["job_id"], fields["kill_on_bad_exit"], fields["argv"]) == (9, kill, command)
+
+
+def test_srun_takes_tasks_per_node_for_ntasks_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    p = srun.parser()
+    fields = srun.request(p.parse_args(["--tasks-per-node=2", "-N", "2", "true"]))
+    assert fields["ntasks_per_node"] == 2, fields
 
 
 def test_srun_takes_the_jobs_task_count_and_exports(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,3 +221,14 @@ def test_a_task_that_cannot_start_takes_the_started_ones_with_it(
         proc.kill()
         proc.wait()
     assert len(started) == 1 and not alive, started
+
+
+def test_a_steps_output_pattern_names_the_job_the_step_and_leaves_task_and_node() -> None:
+    """srun -o: %J is job.step in a step (the batch script's is the job id alone), %s the
+    step; %t and %n are the node's to fill, per task."""
+    from gq.head.steps import Steps
+    from gq.model import Job, JobSpec
+    job = Job(id=42, spec=JobSpec(script="true", name="train", user="alice", cwd="/w"))
+    assert Steps._path("out-%J-%s-%t-%n.log", "/w", job, 3) == "/w/out-42.3-3-%t-%n.log"
+    assert Steps._path("/abs/%x.%j.%J", "/w", job, 0) == "/abs/train.42.42.0"
+    assert Steps._path(None, "/w", job, 1) == ""

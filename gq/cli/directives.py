@@ -14,6 +14,39 @@ from gq.spec import OPTIONS
 
 #: Every flag `gq submit` takes -> whether it takes a value.
 _TAKES_VALUE: dict[str, bool] = {flag: o.kind is not bool for o in OPTIONS for flag in o.flags}
+#: Every long flag -> the option it names (its destination).
+_LONG: dict[str, str] = {flag: o.dest for o in OPTIONS for flag in o.flags
+                         if flag.startswith("--")}
+
+
+def long_flag(name: str) -> str:
+    """The long option a word's name stands for: itself, or the one option it is a prefix of.
+    sbatch reads its options with getopt_long, which takes any unique prefix, and real scripts
+    write `#SBATCH --err=err --out=out`; an option's aliases count once."""
+    if name in _TAKES_VALUE or not name.startswith("--") or len(name) < 3:
+        return name
+    found = {flag: dest for flag, dest in _LONG.items() if flag.startswith(name)}
+    return min(found) if len(set(found.values())) == 1 else name
+
+
+def expand_prefixes(argv: list[str]) -> list[str]:
+    """`argv` (sbatch's options, then its script and the script's arguments) with each
+    abbreviated long option written out; the script's own arguments are left alone."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if word == "--" or not word.startswith("-") or word == "-":
+            return out + argv[i - 1:]
+        name, eq, value = word.partition("=")
+        name = long_flag(name) if word.startswith("--") else name
+        out.append(name + eq + value)
+        if not eq and i < len(argv) and _TAKES_VALUE.get(name if word.startswith("--")
+                                                         else word) and len(word) > 1:
+            out.append(argv[i])  # its value, whatever it looks like
+            i += 1
+    return out
 
 
 def directive_lines(script: str) -> tuple[list[str], list[str]]:
@@ -42,8 +75,9 @@ def translate_slurm(words: list[str], warn: list[str]) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(words):
-        word = words[i]
-        name = word.partition("=")[0]
+        name, eq, value = words[i].partition("=")
+        name = long_flag(name)
+        word = name + eq + value
         i += 1
         if name in _TAKES_VALUE or not word.startswith("-") or (
                 not word.startswith("--") and word[:2] in _TAKES_VALUE):

@@ -243,11 +243,12 @@ class Steps:
 
     @staticmethod
     def _path(pattern: str | None, cwd: str, job: Job, step_id: int) -> str:
-        """srun -o/-e: %j and %s (the step) here; %t (task) and %n (node) on the node."""
+        """srun -o/-e: %j, %J (job.step) and %s (the step) here; %t (task) and %n (node) on
+        the node."""
         if not pattern:
             return ""
         # %t and %n kept for the node (expand_pattern gives the batch script's, 0): as %%t.
-        kept = pattern.replace("%s", str(step_id)).replace("%t", "%%t").replace("%n", "%%n")
+        kept = pattern.replace("%J", f"%j.{step_id}").replace("%s", str(step_id)).replace("%t", "%%t").replace("%n", "%%n")
         text = expand_pattern(kept, job)
         return text if text.startswith("/") else f"{cwd.rstrip('/')}/{text}"
 

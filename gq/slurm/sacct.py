@@ -123,15 +123,17 @@ def run(argv: list[str]) -> int:
     chosen = fmt.fields(form, COLUMNS, "sacct")
     from gq.cli.render import fold_pending_tasks
     rows = [row for j, shown in fold_pending_tasks(jobs)
-            for row in [{**j, "job_id": shown}, *([] if args.allocations else _steps(j))]]
+            for row in [{**j, "job_id": shown}, *([] if args.allocations else _steps(j, shown))]]
     for line in lines(chosen, rows, args):
         print(line)
     return 0
 
 
-def _steps(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """A job's steps as rows of their own: the job's fields, but those the step has."""
-    return [{**job, "job_id": s["id"], "id": s["id"], "name": s["name"], "state": s["state"],
+def _steps(job: dict[str, Any], shown: str) -> list[dict[str, Any]]:
+    """A job's steps as rows of their own: the job's fields, but those the step has. A step
+    of an array's task is named by the task's id, as Slurm's sacct names it (`5_1.0`; its
+    JobIDRaw is the task's own job id, `6.0`)."""
+    return [{**job, "job_id": f"{shown}.{str(s['id']).rpartition('.')[2]}", "id": s["id"], "name": s["name"], "state": s["state"],
              "exit_code": s["exit_code"], "start_time": s["start_time"],
              "end_time": s["end_time"], "node_list": s["nodes"], "nodes": len(s["nodes"]),
              "partition": "", "qos": "", "time_limit_s": None, "reason": ""}

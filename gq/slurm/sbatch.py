@@ -8,6 +8,7 @@ import io
 import sys
 
 from gq.cli import fast, submission
+from gq.cli.directives import expand_prefixes
 from gq.errors import GqError, RefusedError, UsageError
 from gq.slurm import common
 from gq.slurm.common import Failure
@@ -39,6 +40,7 @@ def run(argv: list[str]) -> int:
     if argv[:1] in (["--help"], ["-h"], ["--usage"]):
         print(usage())
         return 0
+    argv = expand_prefixes(argv)  # `--err=e.txt`, as sbatch's getopt_long takes it
     parsed = fast.parse(fast.SUBMIT_OPTIONS, argv, interspersed=False)
     if parsed is None:
         bad = next((w for w in argv if w.startswith("-") and w.split("=")[0] not in

@@ -202,8 +202,18 @@ def run(argv: list[str]) -> int:
     raise Failure(f"invalid keyword: {argv[0]}")
 
 
+def _entity(word: str) -> str:
+    """scontrol's name for what `show` shows, from any prefix it takes (`jobid`, `jobs`, `j`,
+    `nodes`, `part`: scripts write them), as scontrol matches them; else the word."""
+    for full, least, entity in (("jobs", 1, "job"), ("jobid", 1, "job"), ("nodes", 1, "node"),
+                                ("partitions", 2, "partition"), ("hostnames", 5, "hostnames")):
+        if len(word) >= least and full.startswith(word):
+            return entity
+    return word
+
+
 def _show(args: list[str]) -> int:
-    what = args[0].lower() if args else ""
+    what = _entity(args[0].lower()) if args else ""
     name = args[1] if len(args) > 1 else None
     if what in ("hostnames", "hostname"):
         text = name or os.environ.get("SLURM_JOB_NODELIST") or ""

@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--help", action="help")
     p.add_argument("-n", "--ntasks", type=int)
     p.add_argument("-N", "--nodes")
-    p.add_argument("--ntasks-per-node", type=int)
+    p.add_argument("--ntasks-per-node", "--tasks-per-node", type=int)  # Slurm takes both
     p.add_argument("-c", "--cpus-per-task", type=int)
     p.add_argument("--gpus-per-task")
     p.add_argument("-o", "--output")
@@ -52,8 +52,15 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(flag, action="store_true", dest=f"ignored_{flag.strip('-')}")
     for valued in ("--gpu-bind", "--cpu-bind", "--mpi", "--distribution", "-m", "--mem",
                    "-t", "--time", "--gres", "-G", "--gpus", "-W", "--wait", "--mem-per-cpu",
-                   "--mem-per-gpu", "-p", "--partition", "-A", "--account", "--qos", "-q"):
+                   "--mem-per-gpu", "-p", "--partition", "-A", "--account", "--qos", "-q",
+                   # more that real scripts' srun lines pass (srun takes them as sbatch does)
+                   "--cpus-per-gpu", "--gpus-per-node", "--ntasks-per-gpu", "--hint",
+                   "--mem-bind", "--signal", "--cpu-freq", "--ntasks-per-core",
+                   "--threads-per-core", "--gres-flags", "--network", "-C", "--constraint"):
         p.add_argument(valued, dest=f"ignored_{valued.strip('-')}")
+    # srun's older spellings, still taken by Slurm 22.05 and still in scripts (`--cpu_bind`)
+    for old, new in (("--cpu_bind", "cpu-bind"), ("--mem_bind", "mem-bind")):
+        p.add_argument(old, dest=f"ignored_{new}")
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p
 
