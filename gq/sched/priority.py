@@ -113,10 +113,12 @@ class Ranking:
             #: The QOS of the jobs, and whether any of them shares GPUs, or needs none.
             self.qos, self.sharing = set(index.qos), index.sharing > 0
             self.gpuless = index.gpuless > 0
+            self.keyed = index.keyed > 0
             self._split(index.by_age, policy.aged_bounds(now), aged)
         else:
             self.qos, self.sharing = set(map(_qos, jobs)), any(map(_share, jobs))
             self.gpuless = not all(map(_gpus, jobs))
+            self.keyed = any(j.cache_key is not None for j in jobs)
             tier = policy.qos_priority
             tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
             for t in tiers:
@@ -126,6 +128,9 @@ class Ranking:
                 young = [j for j in members if not aged(j)]
                 self.parts += [old, functools.partial(list, young)]
         self.part, self.at = 0, 0
+        #: Whether any job is aged (its tier's first part is not empty): without one, no job
+        #: behind the first `reserve_depth` may reserve.
+        self.aged_any = any(self.parts[i] for i in range(0, len(self.parts), 2))
 
     def _split(self, by_age: Sequence[AgeKey], bounds: tuple[float, float],
                aged: Callable[[PendingJob], bool]) -> None:

@@ -45,6 +45,7 @@ class QueueIndex:
         #: Pending jobs that share GPUs, and that need none.
         self.sharing = 0
         self.gpuless = 0
+        self.keyed = 0
         self._jobs: dict[int, PendingJob] = {}
 
     def __len__(self) -> int:
@@ -59,6 +60,7 @@ class QueueIndex:
         self.qos[job.qos] += 1
         self.sharing += job.share
         self.gpuless += not job.gpus
+        self.keyed += job.cache_key is not None
 
     def sync(self, jobs: Iterable[PendingJob]) -> None:
         """Hold exactly `jobs`: those no longer among them leave, new ones (and new objects of
@@ -86,6 +88,7 @@ class QueueIndex:
         self.qos = Counter(j.qos for j in want.values())
         self.sharing = sum(j.share for j in want.values())
         self.gpuless = sum(not j.gpus for j in want.values())
+        self.keyed = sum(j.cache_key is not None for j in want.values())
 
     def remove(self, job_id: int) -> PendingJob:
         job = self._jobs.pop(job_id)
@@ -98,6 +101,7 @@ class QueueIndex:
             del self.qos[job.qos]
         self.sharing -= job.share
         self.gpuless -= not job.gpus
+        self.keyed -= job.cache_key is not None
         return job
 
 

@@ -152,6 +152,10 @@ class QueueOrder(Protocol):
     def gpuless(self) -> int:
         """Pending jobs that need no GPU."""
 
+    @property
+    def keyed(self) -> int:
+        """Pending jobs with a cache key (which a --cold-wait may keep off cold GPUs)."""
+
 
 class HeldGpus(Protocol):
     """The running jobs' bookings kept by a caller that sees jobs start and end
