@@ -155,11 +155,12 @@ class _Pass:
         # Nothing is free from here on (else the backlog would have been taken to its end).
         # In order while reservations are left to make (ranking only the ties reached)...
         # unless the backlog holds only preemptors' jobs that need a GPU and none of them can
-        # reserve (none is aged) or waits for a warm GPU: consider() would block each, in order,
-        # for _preempt, which the tail below does as it asks (a pass behind a full cluster
-        # would otherwise walk every queued preemptor's job).
+        # reserve (none is aged: an aged preemptor reserves even without `reserving`) or waits
+        # for a warm GPU: consider() would block each, in order, for _preempt, which the tail
+        # below does as it asks (a pass behind a full cluster would otherwise walk every
+        # queued preemptor's job).
         only_blocked = not (self.sharing or self.gpuless or self.keyed) \
-            and (full or not reserving or not self.aged_any)
+            and (full or not self.aged_any)
         while not only_blocked and len(self.result.reservations) < MAX_RESERVATIONS \
                 and (job := backlog.next()) is not None:
             self.consider(job, may_reserve=False)

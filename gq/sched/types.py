@@ -141,6 +141,10 @@ class QueueOrder(Protocol):
         """The keys of `by_age` of the jobs of BIG_JOB_GPUS or more."""
 
     @property
+    def by_class(self) -> Mapping[tuple[int, str, int, int, str, bool], Sequence[AgeKey]]:
+        """The keys of `by_age` by class (gq/sched/merge.py's ClassKey), each in that order."""
+
+    @property
     def qos(self) -> Mapping[str, int]:
         """QOS -> pending jobs of it."""
 
