@@ -5,9 +5,11 @@ with long jobs, and a queue of `--elig-jobs` **eligible** (not held) jobs behind
 - submit round trip: one 1-job `client.submit` (its reply comes at commit), p50 / p99;
 - gqd's scheduling pass p50 / p99 and loop lag p99 over the window (its Prometheus
   histograms), gqd's RSS (max over the window);
-- a freed GPU -> next job started: cancel one running job, poll the oldest pending job (all
-  are of one class, so it is the next to start) until gqd has it RUNNING; wall from the cancel's
-  send. Samples taken one after another.
+- a freed GPU -> next job started: cancel one running (whole-node) job, poll the oldest pending
+  job (all are of one class, so it is the first to start on the freed GPUs) until gqd has it
+  RUNNING; wall from the cancel's send, which includes the node killing the job and reporting
+  its end. Samples taken one after another; each frees a node, so the ones after it start
+  8 jobs at a time.
 
 gqd runs at normal priority unless --elig-head-nice says otherwise (issue 17: measure as a
 user's install runs)."""
@@ -51,13 +53,16 @@ def gq_eligible(a) -> dict:
                 head.pid, a.elig_head_nice) else 0
             url = metrics_url(pc.cfg)
             long_spec = pc.spec("#!/bin/sh\nexec sleep 100000\n", "long")
-            busy = a.elig_nodes * gpus
-            say(f"[gq eligible] {a.elig_nodes} virtual nodes x {gpus} GPUs: {busy} long jobs, "
-                f"then {a.elig_jobs:,} eligible ones behind them")
+            # The cluster is filled by whole-node jobs: one process each, not one per GPU
+            # (2,048 shepherds would swamp this host); the queued jobs take 1 GPU each.
+            whole = dataclasses_replace(long_spec, gpus=gpus)
+            busy = a.elig_nodes
+            say(f"[gq eligible] {a.elig_nodes} virtual nodes x {gpus} GPUs: {busy} long "
+                f"whole-node jobs, then {a.elig_jobs:,} eligible 1-GPU ones behind them")
             t0 = time.perf_counter()
             running_ids = []
             for at in range(0, busy, a.scale_chunk):
-                running_ids += pc.client.submit([long_spec] * min(a.scale_chunk, busy - at))
+                running_ids += pc.client.submit([whole] * min(a.scale_chunk, busy - at))
             _until(lambda: _running(scrape(url)) >= busy, 600, "the cluster to fill")
             r["fill_running_s"] = round(time.perf_counter() - t0, 1)
             t0 = time.perf_counter()
@@ -82,7 +87,7 @@ def gq_eligible(a) -> dict:
             freed, next_at = [], 0
             for victim in running_ids[:a.elig_frees]:
                 job = waiting[next_at]
-                next_at += 1
+                next_at += gpus  # the freed node takes the next 8
                 t = time.perf_counter()
                 pc.client.cancel([victim])
                 _until(lambda: pc.client.show(job)["state"] == "RUNNING", 60,
@@ -96,7 +101,8 @@ def gq_eligible(a) -> dict:
             r["loop_lag"] = histogram_window(before, after, "gq_loop_lag_seconds")
             r["rss_mib_max"] = round(max(rss) / 2**20, 1)
             pc.client.drain(fleet.names, "bench done")
-            pc.client.cancel(waiting)
+            for at in range(0, len(waiting), a.scale_chunk):  # a request's list is bounded
+                pc.client.cancel(waiting[at:at + a.scale_chunk])
             pc.client.cancel([j["id"] for j in pc.client.queue(states=["RUNNING"])])
             _until(lambda: _running(scrape(url)) == 0, 300, "the running jobs to end")
     finally:
