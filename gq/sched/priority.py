@@ -108,7 +108,8 @@ class Ranking:
         self.rank = rank
         aged = policy.aged_test(now)
         #: Per tier, highest first: its aged jobs (oldest first), then its young ones (ranked
-        #: when reached; until then a function that lists them).
+        #: when reached; until then a function that lists them; with a QueueOrder, merged from
+        #: its classes one job at a time, gq/sched/merge.py).
         self.parts: list[list[PendingJob] | Callable[[], list[PendingJob]] | YoungMerge] = []
         if index is not None:
             #: The QOS of the jobs, and whether any of them shares GPUs, or needs none.
