@@ -65,6 +65,9 @@ class _Pass:
         self.queued_qos: set[str] = set()
         self.sharing = True
         self.gpuless = True
+        #: Whether any pending job has a cache key, or is aged (set by plan()).
+        self.keyed = True
+        self.aged_any = True
         #: Reserve as a pass with `explain` would, for now (_reserve_big, for _preempt).
         self.as_explained = False
         #: Ids of the jobs taken in priority order (before backfill).
@@ -151,7 +154,14 @@ class _Pass:
             reserving and aged(j) and not full))
         # Nothing is free from here on (else the backlog would have been taken to its end).
         # In order while reservations are left to make (ranking only the ties reached)...
-        while len(self.result.reservations) < MAX_RESERVATIONS \
+        # unless the backlog holds only preemptors' jobs that need a GPU and none of them can
+        # reserve (none is aged: an aged preemptor reserves even without `reserving`) or waits
+        # for a warm GPU: consider() would block each, in order, for _preempt, which the tail
+        # below does as it asks (a pass behind a full cluster would otherwise walk every
+        # queued preemptor's job).
+        only_blocked = not (self.sharing or self.gpuless or self.keyed) \
+            and (full or not self.aged_any)
+        while not only_blocked and len(self.result.reservations) < MAX_RESERVATIONS \
                 and (job := backlog.next()) is not None:
             self.consider(job, may_reserve=False)
         # ... then the rest of those that can still do something, in order. A job that needs a
@@ -374,6 +384,7 @@ def plan(state: Snapshot, now: float, policy: Policy) -> Plan:
         run.result.behind = run.behind
     ranked = Ranking(state.pending, now, policy, run.rank, state.queue)
     run.queued_qos, run.sharing, run.gpuless = ranked.qos, ranked.sharing, ranked.gpuless
+    run.keyed, run.aged_any = ranked.keyed, ranked.aged_any
     # QOS under their guaranteed share first, up to it; their blocked jobs hold reservations
     # of their own, apart from reserve_depth.
     claimed = _claim_shares(run, ranked.qos) if policy.min_share else 0

@@ -16,6 +16,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
+from gq.sched.merge import ClassKey, YoungMerge
 from gq.sched.types import AgeKey, PendingJob, Policy, QueueOrder
 
 #: The length an unlimited job counts as in its response ratio (seconds): a week.
@@ -107,16 +108,22 @@ class Ranking:
         self.rank = rank
         aged = policy.aged_test(now)
         #: Per tier, highest first: its aged jobs (oldest first), then its young ones (ranked
-        #: when reached; until then a function that lists them).
-        self.parts: list[list[PendingJob] | Callable[[], list[PendingJob]]] = []
+        #: when reached; until then a function that lists them; with a QueueOrder, merged from
+        #: its classes one job at a time, gq/sched/merge.py).
+        self.parts: list[list[PendingJob] | Callable[[], list[PendingJob]] | YoungMerge] = []
         if index is not None:
             #: The QOS of the jobs, and whether any of them shares GPUs, or needs none.
             self.qos, self.sharing = set(index.qos), index.sharing > 0
             self.gpuless = index.gpuless > 0
-            self._split(index.by_age, policy.aged_bounds(now), aged)
+            self.keyed = index.keyed > 0
+            cuts = (now - policy.reserve_age_s,
+                    now - (policy.reserve_age_big_s or policy.reserve_age_s))
+            self._split(index.by_age, policy.aged_bounds(now), aged, _by_tier(index.by_class),
+                        cuts)
         else:
             self.qos, self.sharing = set(map(_qos, jobs)), any(map(_share, jobs))
             self.gpuless = not all(map(_gpus, jobs))
+            self.keyed = any(j.cache_key is not None for j in jobs)
             tier = policy.qos_priority
             tiers = sorted({tier.get(q, 0) for q in self.qos}, reverse=True)
             for t in tiers:
@@ -126,12 +133,18 @@ class Ranking:
                 young = [j for j in members if not aged(j)]
                 self.parts += [old, functools.partial(list, young)]
         self.part, self.at = 0, 0
+        #: Whether any job is aged (its tier's first part is not empty): without one, no job
+        #: behind the first `reserve_depth` may reserve.
+        self.aged_any = any(self.parts[i] for i in range(0, len(self.parts), 2))
 
     def _split(self, by_age: Sequence[AgeKey], bounds: tuple[float, float],
-               aged: Callable[[PendingJob], bool]) -> None:
+               aged: Callable[[PendingJob], bool],
+               classes: Mapping[int, list[Sequence[AgeKey]]], cuts: tuple[float, float]
+               ) -> None:
         """Parts from keys sorted by (-tier, submit time, id): each tier a run, aged jobs first.
         Jobs submitted by the first bound are all aged, after the second none; between them
-        (when big jobs age sooner) `aged` tells, and the run stays in age order."""
+        (when big jobs age sooner) `aged` tells, and the run stays in age order. A tier's young
+        jobs are merged from its `classes` as they are taken (gq/sched/merge.py)."""
         lo = 0
         while lo < len(by_age):
             tier = by_age[lo][0]
@@ -140,12 +153,18 @@ class Ranking:
             end = bisect_right(by_age, (tier, bounds[1], math.inf), mid, hi)
             between = [k[-1] for k in by_age[mid:end]]
             self.parts += [[k[-1] for k in by_age[lo:mid]] + [j for j in between if aged(j)],
-                           functools.partial(_young, between, aged, by_age, end, hi)]
+                           YoungMerge(classes[tier], cuts, self.rank)]
             lo = hi
 
     def next(self) -> PendingJob | None:
         """The next job in order, or None when all have been taken."""
         while self.part < len(self.parts):
+            merged = self.parts[self.part]
+            if isinstance(merged, YoungMerge):
+                if (job := merged.next()) is not None:
+                    return job
+                self.part, self.at = self.part + 1, 0
+                continue
             part = self._listed(self.part)
             if self.at < len(part):
                 self.at += 1
@@ -157,14 +176,17 @@ class Ranking:
         """The jobs not taken yet, in no particular order."""
         if self.part >= len(self.parts):
             return []
-        rest = self._listed(self.part)[self.at:]
+        first = self.parts[self.part]
+        rest = first.rest() if isinstance(first, YoungMerge) else self._listed(self.part)[self.at:]
         for part in self.parts[self.part + 1:]:
-            rest += part if isinstance(part, list) else part()
+            rest += part if isinstance(part, list) else part.rest() \
+                if isinstance(part, YoungMerge) else part()
         return rest
 
     def _listed(self, i: int) -> list[PendingJob]:
         """Part i, in order: a young part is listed and ranked when first reached."""
         part = self.parts[i]
+        assert not isinstance(part, YoungMerge)
         if not isinstance(part, list):
             part = self.parts[i] = part()
             if part:
@@ -173,9 +195,12 @@ class Ranking:
         return part
 
 
-def _young(between: list[PendingJob], aged: Callable[[PendingJob], bool],
-           keys: Sequence[AgeKey], lo: int, hi: int) -> list[PendingJob]:
-    return [j for j in between if not aged(j)] + [k[-1] for k in keys[lo:hi]]
+def _by_tier(by_class: Mapping[ClassKey, Sequence[AgeKey]]) -> dict[int, list[Sequence[AgeKey]]]:
+    """The classes' keys grouped by their tier (the first item of a class's key)."""
+    tiers: dict[int, list[Sequence[AgeKey]]] = {}
+    for key, keys in by_class.items():
+        tiers.setdefault(key[0], []).append(keys)
+    return tiers
 
 
 def _fast_priorities(jobs: Sequence[PendingJob], now: float, policy: Policy) -> list[int]:

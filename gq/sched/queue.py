@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from gq.defaults import BIG_JOB_GPUS
+from gq.sched.merge import ClassKey, class_key
 from gq.sched.types import AgeKey, PendingJob, Policy, SizeKey
 
 __all__ = ["AgeKey", "QueueIndex", "SizeKey", "age_key", "size_key"]
@@ -40,11 +41,15 @@ class QueueIndex:
         self.by_age: list[AgeKey] = []
         #: The big jobs' (BIG_JOB_GPUS or more) keys of `by_age`: Policy.big_reserve_depth walks them.
         self.big_by_age: list[AgeKey] = []
+        #: The keys of `by_age` by class (merge.class_key), each in that order: priority
+        #: order within a class (gq/sched/merge.py).
+        self.by_class: dict[ClassKey, list[AgeKey]] = {}
         #: QOS -> pending jobs of it.
         self.qos: Counter[str] = Counter()
         #: Pending jobs that share GPUs, and that need none.
         self.sharing = 0
         self.gpuless = 0
+        self.keyed = 0
         self._jobs: dict[int, PendingJob] = {}
 
     def __len__(self) -> int:
@@ -53,12 +58,15 @@ class QueueIndex:
     def add(self, job: PendingJob) -> None:
         self._jobs[job.id] = job
         insort(self.by_size, size_key(job, self.policy))
-        insort(self.by_age, age_key(job, self.policy))
+        key = age_key(job, self.policy)
+        insort(self.by_age, key)
         if _big(job):
-            insort(self.big_by_age, age_key(job, self.policy))
+            insort(self.big_by_age, key)
+        insort(self.by_class.setdefault(class_key(key), []), key)
         self.qos[job.qos] += 1
         self.sharing += job.share
         self.gpuless += not job.gpus
+        self.keyed += job.cache_key is not None
 
     def sync(self, jobs: Iterable[PendingJob]) -> None:
         """Hold exactly `jobs`: those no longer among them leave, new ones (and new objects of
@@ -83,21 +91,32 @@ class QueueIndex:
         self.by_size = sorted([size_key(j, self.policy) for j in want.values()])
         self.by_age = sorted([age_key(j, self.policy) for j in want.values()])
         self.big_by_age = [k for k in self.by_age if _big(k[-1])]
+        self.by_class = {}
+        for key in self.by_age:
+            self.by_class.setdefault(class_key(key), []).append(key)
         self.qos = Counter(j.qos for j in want.values())
         self.sharing = sum(j.share for j in want.values())
         self.gpuless = sum(not j.gpus for j in want.values())
+        self.keyed = sum(j.cache_key is not None for j in want.values())
 
     def remove(self, job_id: int) -> PendingJob:
         job = self._jobs.pop(job_id)
         del self.by_size[bisect_left(self.by_size, size_key(job, self.policy))]
-        del self.by_age[bisect_left(self.by_age, age_key(job, self.policy))]
+        key = age_key(job, self.policy)
+        del self.by_age[bisect_left(self.by_age, key)]
         if _big(job):
-            del self.big_by_age[bisect_left(self.big_by_age, age_key(job, self.policy))]
+            del self.big_by_age[bisect_left(self.big_by_age, key)]
+        ckey = class_key(key)
+        members = self.by_class[ckey]
+        del members[bisect_left(members, key)]
+        if not members:
+            del self.by_class[ckey]
         self.qos[job.qos] -= 1
         if not self.qos[job.qos]:
             del self.qos[job.qos]
         self.sharing -= job.share
         self.gpuless -= not job.gpus
+        self.keyed -= job.cache_key is not None
         return job
 
 

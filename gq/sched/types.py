@@ -141,6 +141,10 @@ class QueueOrder(Protocol):
         """The keys of `by_age` of the jobs of BIG_JOB_GPUS or more."""
 
     @property
+    def by_class(self) -> Mapping[tuple[int, str, int, int, str, bool], Sequence[AgeKey]]:
+        """The keys of `by_age` by class (gq/sched/merge.py's ClassKey), each in that order."""
+
+    @property
     def qos(self) -> Mapping[str, int]:
         """QOS -> pending jobs of it."""
 
@@ -151,6 +155,10 @@ class QueueOrder(Protocol):
     @property
     def gpuless(self) -> int:
         """Pending jobs that need no GPU."""
+
+    @property
+    def keyed(self) -> int:
+        """Pending jobs with a cache key (which a --cold-wait may keep off cold GPUs)."""
 
 
 class HeldGpus(Protocol):
