@@ -15,6 +15,7 @@ import msgpack
 
 from gq.fsutil import write_atomic
 from gq.messages import Launch
+from gq.node import procstat
 
 #: The run's order (RunOrder), written by gqnode before the run's directory exists.
 LAUNCH_FILE = "launch.msg"
@@ -153,23 +154,15 @@ def read_order(run_dir: Path) -> RunOrder:
 def proc_start(pid: int) -> float:
     """When process `pid` started (0.0 if it is gone): with its pid, what names a shepherd
     (a recycled pid is another process, started later)."""
-    import psutil
     try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
+        return procstat.create_time(pid)
+    except OSError:
         return 0.0
 
 
 def alive(pid: int, started: float) -> bool:
     """Whether the process `pid` that started at `started` still runs (not a zombie)."""
-    import psutil
-    if pid <= 0:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return procstat.running(pid, started)
 
 
 def order_stop(run_dir: Path, signal_name: str, batch_only: bool, grace_s: float | None,

@@ -44,7 +44,7 @@ from gq.node.runfiles import (  # noqa: F401
     JOB_PID_FILE, LAUNCH_FILE, LOG_FILE, PID_FILE, RECORD_FILE, STATUS_FILE, STOP_FILE,
     RunOrder, open_ours, order_stop, read_order, read_pid, read_record, read_status, read_trusted,
     record)
-from gq.node import lease, slurmenv, stepdirs
+from gq.node import lease, procstat, slurmenv, stepdirs
 from gq.slurm import shims
 
 _WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1}
@@ -171,9 +171,8 @@ def run(run_dir: Path) -> int:
         return 0
     jail.started(proc.pid)
     with contextlib.suppress(OSError):
-        import psutil
         # No fsync: the job's processes do not outlive a host crash either.
-        record(run_dir, "job", f"{proc.pid} {psutil.Process(proc.pid).create_time()}")
+        record(run_dir, "job", f"{proc.pid} {procstat.create_time(proc.pid)}")
     state, code = _supervise(proc, launch, began, run_dir, jail)
     if not jail.tracks and (not adopter or _children() != []):
         # Something of the job may be left; as the adopter of its orphans, having no children
@@ -499,7 +498,6 @@ def _signal_group(pgid: int, sig: int, jail: RunIsolation) -> None:
 def kill_orphaned_job(run_dir: Path) -> bool:
     """The shepherd of `run_dir` died without a status: kill its job's session if it is still
     there (gqnode, which cannot supervise it any more). True if something was killed."""
-    import psutil
     pid, started = read_pid(run_dir, "job", JOB_PID_FILE)
     if pid <= 0:
         # Killed between starting the job and recording its pid (a window of microseconds):
@@ -509,11 +507,11 @@ def kill_orphaned_job(run_dir: Path) -> bool:
             _kill_session(pid)
         return pid > 0
     try:
-        if abs(psutil.Process(pid).create_time() - started) >= 1.0:
+        if abs(procstat.create_time(pid) - started) >= 1.0:
             return False  # that pid is another process now, which may lead a session of its own
-    except psutil.NoSuchProcess:
+    except (FileNotFoundError, ProcessLookupError):
         pass  # the job's first process is gone; what is left in its session is still the job's
-    except psutil.Error:
+    except OSError:
         return False
     _kill_session(pid)
     return True
