@@ -39,7 +39,6 @@ from gq.node.runfiles import alive as _alive
 from gq.node.runfiles import proc_start as _proc_start
 from gq.node.steps import NodeSteps
 from gq.relay import Forwarder
-from gq.slurm import shims
 
 log = logging.getLogger("gq.node")
 
@@ -80,10 +79,6 @@ class NodeDaemon:
         # to execute the script there.
         private_dir(state_dir, 0o711)
         private_dir(self.jobs_dir, 0o711)
-        # The jobs' Slurm commands, checked once here rather than by each shepherd (which
-        # inherits what was checked); one that fails here is tried again by the shepherds.
-        with contextlib.suppress(OSError):
-            shims.bash_env(shims.ensure(state_dir / "slurm-bin"))
         self.gpu_source = gpus
         self.gpus = gpus.discover()
         #: The cache keys warm on each GPU (model affinity), sent with each heartbeat.

@@ -14,12 +14,6 @@ from gq.fsutil import write_atomic
 
 COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "sacct", "scontrol")
 
-# Files this process has written or found holding their text. gqnode installs its node's at
-# start (gq/node/daemon.py), so every shepherd it forks inherits this and skips the nine reads a
-# job otherwise cost (~1 ms of a shepherd's CPU, issue 17). A file deleted under a running
-# gqnode is not rewritten until it restarts.
-_current: set[Path] = set()
-
 
 def _text(command: str) -> str:
     return (f"#!{sys.executable} -sE\nimport sys\nfrom gq.slurm.{command} import main\n"
@@ -36,11 +30,8 @@ def ensure(directory: Path) -> Path:
 
 def _install(path: Path, text: str, mode: int) -> None:
     """`path` holding `text`, written (atomically) only when it does not already."""
-    if path in _current:
-        return
     try:
         if path.read_text() == text:
-            _current.add(path)
             return
     except OSError:
         pass
@@ -48,8 +39,7 @@ def _install(path: Path, text: str, mode: int) -> None:
     try:
         write_atomic(path, text.encode(), mode=mode, durable=False)
     except FileExistsError:
-        return  # another job's shepherd is writing the same file this moment
-    _current.add(path)
+        pass  # another job's shepherd is writing the same file this moment
 
 
 def bash_env(directory: Path) -> Path:
