@@ -15,7 +15,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     protocol.CANCEL: {"rid": 3, "ids": [1, "2_3"], "user": "ann", "signal": "USR1",
                       "batch_only": True, "filter": {"user": "ann", "states": ["PENDING"]}},
     protocol.QUEUE: {"rid": 4, "user": "ann", "states": ["PENDING"], "all": True, "start": False,
-                     "fields": ["id", "state"], "after": 0, "limit": 100},
+                     "fields": ["id", "state"], "after": 0, "limit": 100, "text": False},
     protocol.SHOW: {"rid": 5, "id": "7_1"},
     protocol.NODES: {"rid": 6},
     protocol.WAIT: {"rid": 7, "ids": [1], "park_s": 20.0},
